@@ -1,0 +1,44 @@
+// tokpos/diagnostics.h: the seed lesson's diagnostics, as plain functions on tables.
+//
+// Tables are row-major (L, D) float spans; all sums are done in double.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tokpos {
+
+// cos(a, b) = a.b / (|a| |b|), in double. Defined as 0 when either row is all zeros.
+double cosine(std::span<const float> a, std::span<const float> b);
+
+// L-1 values: cos(row p, row p+1) for p = 0 .. L-2.
+std::vector<double> adjacent_cosine(std::span<const float> table, int64_t L, int64_t D);
+
+// max_offset+1 values: for k = 0 .. max_offset, the mean over p of cos(row p, row p+k).
+// Requires 0 <= max_offset < L.
+std::vector<double> cosine_by_offset(std::span<const float> table, int64_t L, int64_t D, int64_t max_offset);
+
+// Wavelength of each sin/cos pair k = 0 .. ceil(D/2)-1 of the interleaved
+// sinusoidal table: 2*pi * base^(2k/D), in positions. Pair 0 turns once every
+// 2*pi positions; the last pair approaches 2*pi*base.
+std::vector<double> sinusoidal_wavelengths(int64_t D, double base);
+
+// Pairs grouped by decade of wavelength: [10^e, 10^(e+1)) for each e that holds one.
+struct WavelengthBand {
+  double lower = 0;   // 10^e
+  double upper = 0;   // 10^(e+1)
+  int64_t pairs = 0;  // how many pairs have a wavelength in [lower, upper)
+  int64_t first_pair = 0;
+  int64_t last_pair = 0;
+};
+std::vector<WavelengthBand> wavelength_bands(std::span<const double> wavelengths);
+
+struct Summary {
+  int64_t count = 0;
+  double mean = 0, stddev = 0, min = 0, max = 0;
+};
+// Population statistics of a series; all zeros for an empty series.
+Summary summarize(std::span<const double> values);
+
+}  // namespace tokpos

@@ -1,0 +1,106 @@
+// tokpos/token_embedding.h: the (V, D) token lookup table.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace tokpos {
+
+// What to do with a token id outside [0, V).
+struct IdPolicy {
+  enum class Action { kError, kMapToUnk };
+  Action action = Action::kError;  // default: fail, naming the id, its (b, t) and V
+  int64_t unk_id = 1;              // with kMapToUnk: the row to read instead (ByteTokenizer::kUnk)
+
+  static IdPolicy error() { return {}; }
+  static IdPolicy map_to_unk(int64_t unk) { return {Action::kMapToUnk, unk}; }
+};
+
+struct TokenEmbeddingOptions {
+  int64_t vocab_size = 0;                   // V, >= 1
+  int64_t dim = 0;                          // D, >= 1
+  uint64_t seed = 0;                        // init: Philox stream kTokenTableStream (random.h)
+  double init_std = 0.02;                   // init: N(0, init_std^2), as GPT-2 and the seed lesson
+  std::optional<int64_t> padding_idx = {};  // this row is zeroed at init and never gets a gradient
+  IdPolicy id_policy = {};                  // default for every call; a call may override it
+};
+
+class TokenEmbedding {
+ public:
+  // A fresh table drawn from N(0, init_std^2) with the documented generator.
+  explicit TokenEmbedding(const TokenEmbeddingOptions& options);
+
+  // Wraps an existing (V, D) table, taken from options.vocab_size and options.dim;
+  // table.size() must equal V*D. seed and init_std are ignored. As in PyTorch's
+  // from_pretrained, padding_idx's row is kept as given (not zeroed) but never
+  // receives a gradient. A frozen table never receives any gradient.
+  static TokenEmbedding from_pretrained(std::vector<float> table, const TokenEmbeddingOptions& options,
+                                        bool frozen = true);
+
+  int64_t vocab_size() const { return V_; }
+  int64_t dim() const { return D_; }
+  std::optional<int64_t> padding_idx() const { return padding_idx_; }
+  // Sets (and zeroes that row, as at construction) or clears the padding row.
+  void set_padding_idx(std::optional<int64_t> padding_idx);
+  const IdPolicy& id_policy() const { return id_policy_; }
+  void set_id_policy(const IdPolicy& policy);
+  bool frozen() const { return frozen_; }
+  void set_frozen(bool frozen) { frozen_ = frozen; }
+
+  // V*D, whether or not the table is frozen (as PyTorch's numel over parameters).
+  int64_t num_parameters() const { return V_ * D_; }
+
+  std::span<const float> table() const { return table_; }  // (V, D) row-major
+  std::span<float> mutable_table() { return table_; }      // for loaders and optimisers
+
+  // (V, D) gradient; empty until the first backward or ensure_grad().
+  std::span<const float> grad() const { return grad_; }
+  std::span<float> ensure_grad();
+  void zero_grad();
+
+  // out (B, T, D) = table[ids[b, t]]. Overwrites out. ids is (B, T).
+  // Ids are checked before anything is written; on error out is untouched.
+  void forward(std::span<const int64_t> ids, int64_t B, int64_t T, std::span<float> out,
+               std::optional<IdPolicy> policy = {}) const;
+  std::vector<float> forward(std::span<const int64_t> ids, int64_t B, int64_t T,
+                             std::optional<IdPolicy> policy = {}) const;
+
+  // grad[ids[b, t]] += d_out[b, t] for every (b, t), skipping padding_idx.
+  // d_out is (B, T, D). Accumulates (+=); only rows that appear in ids change.
+  // Returns those rows, sorted and unique (empty when frozen). Deterministic:
+  // bitwise identical for any thread count.
+  std::vector<int64_t> backward(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B,
+                                int64_t T, std::optional<IdPolicy> policy = {});
+
+  // Weight tying: the table as the output projection.
+  // logits (N, V) = h (N, D) . table^T. Overwrites logits.
+  void logits(std::span<const float> h, int64_t N, std::span<float> logits) const;
+  std::vector<float> logits(std::span<const float> h, int64_t N) const;
+  // grad (V, D) += d_logits^T . h and, if d_h is not empty, d_h (N, D) += d_logits . table.
+  // Every row of grad may change (the output side touches the whole vocabulary).
+  void logits_backward(std::span<const float> d_logits, std::span<const float> h, int64_t N,
+                       std::span<float> d_h = {});
+
+  // Maps ids to table rows under the policy, or throws naming the first bad
+  // id, its (b, t) and V. `where` names the caller in the message.
+  std::vector<int64_t> resolve_ids(std::span<const int64_t> ids, int64_t B, int64_t T,
+                                   std::optional<IdPolicy> policy, const char* where) const;
+  // The same check without building the row list.
+  void check_ids(std::span<const int64_t> ids, int64_t B, int64_t T, std::optional<IdPolicy> policy,
+                 const char* where) const;
+
+ private:
+  TokenEmbedding(int64_t V, int64_t D, std::vector<float> table, std::optional<int64_t> padding_idx,
+                 IdPolicy policy, bool frozen);
+
+  int64_t V_ = 0, D_ = 0;
+  std::vector<float> table_;
+  std::vector<float> grad_;
+  std::optional<int64_t> padding_idx_;
+  IdPolicy id_policy_;
+  bool frozen_ = false;
+};
+
+}  // namespace tokpos

@@ -1,0 +1,189 @@
+/* tokpos/tokpos.h: the C API.
+ *
+ * Plain C11. Every function checks its pointers and sizes and returns a
+ * tokpos_status; no C++ exception ever crosses this boundary. On failure:
+ *   - nothing is written to any output or gradient buffer,
+ *   - tokpos_last_error() returns a message naming the function, the bad
+ *     value and its limit (thread-local; kept until the next failure).
+ * Shapes follow llm.c: B batch, T time, D width, V vocabulary, L max context.
+ * All tables are row-major float32.
+ */
+#ifndef TOKPOS_TOKPOS_H
+#define TOKPOS_TOKPOS_H
+
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define TOKPOS_API __attribute__((visibility("default")))
+#else
+#define TOKPOS_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tokpos_status {
+  TOKPOS_OK = 0,
+  TOKPOS_INVALID_ARGUMENT = 1,      /* a size, option or argument outside its range */
+  TOKPOS_NULL_POINTER = 2,          /* a required pointer was NULL */
+  TOKPOS_ID_OUT_OF_RANGE = 3,       /* a token id outside [0, V) */
+  TOKPOS_POSITION_OUT_OF_RANGE = 4, /* a position past the table: T > L, start + T > L */
+  TOKPOS_SHAPE_MISMATCH = 5,        /* two modules or buffers disagree on a dimension */
+  TOKPOS_SIZE_OVERFLOW = 6,         /* a product of sizes overflows int64 or size_t */
+  TOKPOS_OUT_OF_MEMORY = 7,         /* an allocation failed */
+  TOKPOS_INTERNAL = 8               /* a bug in tokpos */
+} tokpos_status;
+
+/* "TOKPOS_OK", "TOKPOS_ID_OUT_OF_RANGE", ...; "TOKPOS_UNKNOWN_STATUS" otherwise. */
+TOKPOS_API const char* tokpos_status_string(tokpos_status s);
+/* Message of this thread's last failure; "" if none yet. */
+TOKPOS_API const char* tokpos_last_error(void);
+/* "0.1.0" */
+TOKPOS_API const char* tokpos_version(void);
+/* n >= 1: use n threads; 0 (or negative) = all cores. Results never depend on it. */
+TOKPOS_API void tokpos_set_num_threads(int n);
+TOKPOS_API int tokpos_get_num_threads(void);
+
+/* ---- Seed 002's two functions (formula base 10000) -------------------- */
+
+/* PE(pos, dim) for width hidden_dim: sin(pos / 10000^(2*(dim/2)/hidden_dim)) at
+ * even dim, cos at odd dim. NaN when pos < 0, hidden_dim < 1 or dim outside
+ * [0, hidden_dim). */
+TOKPOS_API float tokpos_pe_sinusoidal(int64_t pos, int64_t dim, int64_t hidden_dim);
+
+/* out (seq_len, hidden_dim): out[p*D + d] = token_table[id*D + d] + PE(p, d),
+ * where id = token_ids[p], replaced by unk_id if outside [0, vocab_size).
+ * seq_len 0 writes nothing and succeeds. Errors: NULL pointers when
+ * seq_len > 0, negative sizes, vocab_size or hidden_dim < 1, unk_id outside
+ * [0, vocab_size). */
+TOKPOS_API tokpos_status tokpos_embedding_forward(const int64_t* token_ids, int64_t seq_len,
+                                                  const float* token_table, int64_t vocab_size,
+                                                  int64_t hidden_dim, int64_t unk_id, float* out);
+
+/* ---- Tables and the fused kernels on caller memory -------------------- */
+
+/* out (max_context, dim): the interleaved sinusoidal table with the given base. */
+TOKPOS_API tokpos_status tokpos_sinusoidal_table(float* out, int64_t max_context, int64_t dim, double base);
+
+/* out (B, T, D) = token_table[ids[b, t]] + pos_table[t]. One fused pass.
+ * Fails, writing nothing, on an id outside [0, V) or T > L.
+ * B = 0 or T = 0 writes nothing and succeeds. */
+TOKPOS_API tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, int64_t B, int64_t T,
+                                                const float* token_table, int64_t V, const float* pos_table,
+                                                int64_t L, int64_t D);
+
+/* d_token_table (V, D) += sum of d_out rows per id; d_pos_table (L, D) += sum over b
+ * of d_out[b, t] at row t. d_pos_table may be NULL. Only rows that appear are
+ * touched. Bitwise identical for any thread count. Checks everything first. */
+TOKPOS_API tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, const float* d_out,
+                                                 const int64_t* ids, int64_t B, int64_t T, int64_t V,
+                                                 int64_t L, int64_t D);
+
+/* ---- Modules behind opaque handles ------------------------------------ */
+
+typedef enum tokpos_id_policy {
+  TOKPOS_IDS_ERROR = 0,     /* an id outside [0, V) fails the call (default) */
+  TOKPOS_IDS_MAP_TO_UNK = 1 /* such an id reads row unk_id instead */
+} tokpos_id_policy;
+
+/* Token embedding (V, D). */
+typedef struct tokpos_token_embedding tokpos_token_embedding;
+/* A fresh table from N(0, 0.02^2), Philox seed `seed` (bitwise identical everywhere). */
+TOKPOS_API tokpos_status tokpos_token_embedding_create(tokpos_token_embedding** out, int64_t V, int64_t D,
+                                                       uint64_t seed);
+/* Copies table (V, D). frozen != 0: backward never changes its gradient. */
+TOKPOS_API tokpos_status tokpos_token_embedding_from_table(tokpos_token_embedding** out, const float* table,
+                                                           int64_t V, int64_t D, int frozen);
+TOKPOS_API tokpos_status tokpos_token_embedding_set_id_policy(tokpos_token_embedding* e,
+                                                              tokpos_id_policy policy, int64_t unk_id);
+/* padding_idx in [0, V): that row is zeroed now and never gets a gradient; -1 clears. */
+TOKPOS_API tokpos_status tokpos_token_embedding_set_padding_idx(tokpos_token_embedding* e,
+                                                                int64_t padding_idx);
+/* out (B, T, D) = table[ids[b, t]] */
+TOKPOS_API tokpos_status tokpos_token_embedding_forward(const tokpos_token_embedding* e, const int64_t* ids,
+                                                        int64_t B, int64_t T, float* out);
+/* grad += d_out (B, T, D) scattered by ids. num_touched (may be NULL) gets how many
+ * distinct rows changed; tokpos_token_embedding_touched_rows lists them. */
+TOKPOS_API tokpos_status tokpos_token_embedding_backward(tokpos_token_embedding* e, const float* d_out,
+                                                         const int64_t* ids, int64_t B, int64_t T,
+                                                         int64_t* num_touched);
+/* Copies the rows touched by the last backward (sorted) into rows[0 .. capacity). */
+TOKPOS_API tokpos_status tokpos_token_embedding_touched_rows(const tokpos_token_embedding* e, int64_t* rows,
+                                                             int64_t capacity, int64_t* count);
+/* Borrowed views, valid until the handle is freed. The gradient is zeros until a backward. */
+TOKPOS_API tokpos_status tokpos_token_embedding_table(const tokpos_token_embedding* e, const float** table);
+TOKPOS_API tokpos_status tokpos_token_embedding_grad(tokpos_token_embedding* e, const float** grad);
+TOKPOS_API tokpos_status tokpos_token_embedding_zero_grad(tokpos_token_embedding* e);
+/* V*D, or -1 for NULL. */
+TOKPOS_API int64_t tokpos_token_embedding_num_parameters(const tokpos_token_embedding* e);
+TOKPOS_API void tokpos_token_embedding_free(tokpos_token_embedding* e);
+
+/* Position embedding (L, D): learned (a parameter) or sinusoidal (none). */
+typedef struct tokpos_position_embedding tokpos_position_embedding;
+TOKPOS_API tokpos_status tokpos_position_embedding_create_learned(tokpos_position_embedding** out, int64_t L,
+                                                                  int64_t D, uint64_t seed);
+TOKPOS_API tokpos_status tokpos_position_embedding_create_sinusoidal(tokpos_position_embedding** out,
+                                                                     int64_t L, int64_t D, double base);
+/* out (T, D) = table rows start .. start+T-1; fails if start + T > L. */
+TOKPOS_API tokpos_status tokpos_position_embedding_forward(const tokpos_position_embedding* p, int64_t T,
+                                                           int64_t start, float* out);
+/* grad[start + t] += sum over b of d_out[b, t]; a no-op for sinusoidal tables. */
+TOKPOS_API tokpos_status tokpos_position_embedding_backward(tokpos_position_embedding* p, const float* d_out,
+                                                            int64_t B, int64_t T, int64_t start);
+TOKPOS_API tokpos_status tokpos_position_embedding_table(const tokpos_position_embedding* p,
+                                                         const float** table);
+/* *grad = NULL for sinusoidal tables, which have none. */
+TOKPOS_API tokpos_status tokpos_position_embedding_grad(tokpos_position_embedding* p, const float** grad);
+TOKPOS_API tokpos_status tokpos_position_embedding_zero_grad(tokpos_position_embedding* p);
+/* L*D for learned, 0 for sinusoidal, -1 for NULL. */
+TOKPOS_API int64_t tokpos_position_embedding_num_parameters(const tokpos_position_embedding* p);
+TOKPOS_API void tokpos_position_embedding_free(tokpos_position_embedding* p);
+
+/* Composer: token + position, fused. */
+typedef enum tokpos_position_kind {
+  TOKPOS_POSITION_LEARNED = 0,
+  TOKPOS_POSITION_SINUSOIDAL = 1
+} tokpos_position_kind;
+
+typedef struct tokpos_composer_options {
+  int64_t vocab_size;            /* V */
+  int64_t dim;                   /* D */
+  int64_t max_context;           /* L */
+  tokpos_position_kind position; /* default TOKPOS_POSITION_SINUSOIDAL */
+  uint64_t seed;                 /* default 0 */
+  double init_std;               /* default 0.02 */
+  double base;                   /* sinusoidal base, default 10000 */
+  tokpos_id_policy id_policy;    /* default TOKPOS_IDS_ERROR */
+  int64_t unk_id;                /* default 1 (the byte tokenizer's UNK) */
+  int64_t padding_idx;           /* default -1 (none) */
+} tokpos_composer_options;
+
+/* The defaults above, with vocab_size, dim and max_context set as given. */
+TOKPOS_API tokpos_composer_options tokpos_composer_default_options(int64_t V, int64_t D, int64_t L);
+
+typedef struct tokpos_composer tokpos_composer;
+TOKPOS_API tokpos_status tokpos_composer_create(tokpos_composer** out,
+                                                const tokpos_composer_options* options);
+/* out (B, T, D). position_ids (B, T) may be NULL: then positions are start + t. */
+TOKPOS_API tokpos_status tokpos_composer_forward(const tokpos_composer* c, const int64_t* ids, int64_t B,
+                                                 int64_t T, int64_t start, const int64_t* position_ids,
+                                                 float* out);
+TOKPOS_API tokpos_status tokpos_composer_backward(tokpos_composer* c, const float* d_out, const int64_t* ids,
+                                                  int64_t B, int64_t T, int64_t start,
+                                                  const int64_t* position_ids, int64_t* num_touched);
+/* Borrowed views; the position gradient is NULL for sinusoidal composers. */
+TOKPOS_API tokpos_status tokpos_composer_token_table(const tokpos_composer* c, const float** t);
+TOKPOS_API tokpos_status tokpos_composer_position_table(const tokpos_composer* c, const float** t);
+TOKPOS_API tokpos_status tokpos_composer_token_grad(tokpos_composer* c, const float** g);
+TOKPOS_API tokpos_status tokpos_composer_position_grad(tokpos_composer* c, const float** g);
+TOKPOS_API tokpos_status tokpos_composer_zero_grad(tokpos_composer* c);
+/* Token plus position parameters, or -1 for NULL. */
+TOKPOS_API int64_t tokpos_composer_num_parameters(const tokpos_composer* c);
+TOKPOS_API void tokpos_composer_free(tokpos_composer* c);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TOKPOS_TOKPOS_H */

@@ -1,0 +1,560 @@
+// The C API: a thin wrapper. Each entry point checks its raw pointers, builds
+// spans, calls the C++ modules or kernels inside guard(), and turns every
+// exception into a status plus a thread-local message. Nothing is written to
+// an output unless every check has passed.
+#include "tokpos/tokpos.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/validate.h"
+#include "kernels/kernels.h"
+#include "tokpos/composer.h"
+#include "tokpos/error.h"
+#include "tokpos/positional.h"
+#include "tokpos/sinusoidal.h"
+#include "tokpos/threading.h"
+#include "tokpos/token_embedding.h"
+
+struct tokpos_token_embedding {
+  tokpos::TokenEmbedding module;
+  std::vector<int64_t> touched;
+};
+struct tokpos_position_embedding {
+  std::unique_ptr<tokpos::PositionalEmbedding> module;
+};
+struct tokpos_composer {
+  tokpos::EmbeddingComposer module;
+  std::vector<int64_t> touched;
+};
+
+namespace {
+
+using tokpos::Status;
+using tokpos::detail::check_at_least;
+using tokpos::detail::checked_mul;
+using tokpos::detail::checked_mul3;
+using tokpos::detail::fail;
+
+static_assert(static_cast<int>(Status::kInternal) == TOKPOS_INTERNAL);
+static_assert(static_cast<int>(Status::kIdOutOfRange) == TOKPOS_ID_OUT_OF_RANGE);
+static_assert(static_cast<int>(Status::kPositionOutOfRange) == TOKPOS_POSITION_OUT_OF_RANGE);
+
+thread_local std::string g_last_error;
+
+tokpos_status record(const char* fn, Status status, const char* what) noexcept {
+  try {
+    const std::string msg(what);
+    // Module messages already start with their C++ name; add the C entry point.
+    g_last_error = msg.rfind(fn, 0) == 0 ? msg : std::string(fn) + ": " + msg;
+  } catch (...) {
+    g_last_error.clear();  // out of memory while formatting: the status still tells
+  }
+  return static_cast<tokpos_status>(status);
+}
+
+template <typename F>
+tokpos_status guard(const char* fn, F&& body) noexcept {
+  try {
+    body();
+    return TOKPOS_OK;
+  } catch (const tokpos::Error& e) {
+    return record(fn, e.status(), e.what());
+  } catch (const std::bad_alloc&) {
+    return record(fn, Status::kOutOfMemory, "out of memory");
+  } catch (const std::exception& e) {
+    return record(fn, Status::kInternal, e.what());
+  } catch (...) {
+    return record(fn, Status::kInternal, "unknown exception");
+  }
+}
+
+// A required pointer to count elements: NULL is an error only when count > 0.
+template <typename T>
+std::span<T> span_of(const char* fn, const char* name, T* ptr, int64_t count) {
+  if (count > 0) tokpos::detail::check_not_null(fn, name, ptr);
+  return {ptr, static_cast<size_t>(count)};
+}
+
+template <typename H>
+H& handle(const char* fn, H* h) {
+  tokpos::detail::check_not_null(fn, "handle", h);
+  return *h;
+}
+
+tokpos::IdPolicy to_policy(const char* fn, tokpos_id_policy policy, int64_t unk_id) {
+  switch (policy) {
+    case TOKPOS_IDS_ERROR: return tokpos::IdPolicy::error();
+    case TOKPOS_IDS_MAP_TO_UNK: return tokpos::IdPolicy::map_to_unk(unk_id);
+  }
+  fail(Status::kInvalidArgument, fn, "id policy ", static_cast<int>(policy),
+       " is not TOKPOS_IDS_ERROR (0) or TOKPOS_IDS_MAP_TO_UNK (1)");
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* tokpos_status_string(tokpos_status s) {
+  if (s < TOKPOS_OK || s > TOKPOS_INTERNAL) return "TOKPOS_UNKNOWN_STATUS";
+  return tokpos::status_name(static_cast<Status>(s));
+}
+
+const char* tokpos_last_error(void) {
+  return g_last_error.c_str();
+}
+const char* tokpos_version(void) {
+  return TOKPOS_VERSION;
+}
+void tokpos_set_num_threads(int n) {
+  tokpos::set_num_threads(n);
+}
+int tokpos_get_num_threads(void) {
+  return tokpos::num_threads();
+}
+
+float tokpos_pe_sinusoidal(int64_t pos, int64_t dim, int64_t hidden_dim) {
+  float value = std::numeric_limits<float>::quiet_NaN();
+  constexpr const char* fn = "tokpos_pe_sinusoidal";
+  guard(fn, [&] {
+    check_at_least(fn, "pos", pos, 0);
+    check_at_least(fn, "hidden_dim", hidden_dim, 1);
+    if (dim < 0 || dim >= hidden_dim) {
+      fail(Status::kInvalidArgument, fn, "dim ", dim, " is outside [0, hidden_dim = ", hidden_dim, ")");
+    }
+    value = tokpos::sinusoidal_value(pos, dim, hidden_dim, tokpos::kDefaultBase);
+  });
+  return value;
+}
+
+tokpos_status tokpos_embedding_forward(const int64_t* token_ids, int64_t seq_len, const float* token_table,
+                                       int64_t vocab_size, int64_t hidden_dim, int64_t unk_id, float* out) {
+  constexpr const char* fn = "tokpos_embedding_forward";
+  return guard(fn, [&] {
+    check_at_least(fn, "seq_len", seq_len, 0);
+    check_at_least(fn, "vocab_size", vocab_size, 0);
+    check_at_least(fn, "hidden_dim", hidden_dim, 0);
+    if (seq_len == 0) return;  // the seed's contract: nothing to do, success
+    check_at_least(fn, "vocab_size", vocab_size, 1);
+    check_at_least(fn, "hidden_dim", hidden_dim, 1);
+    if (unk_id < 0 || unk_id >= vocab_size) {
+      fail(Status::kInvalidArgument, fn, "unk_id ", unk_id, " is outside [0, ", vocab_size, ")");
+    }
+    const int64_t n_out = checked_mul(fn, "seq_len*hidden_dim", seq_len, hidden_dim);
+    checked_mul(fn, "vocab_size*hidden_dim", vocab_size, hidden_dim);
+    auto ids = span_of(fn, "token_ids", token_ids, seq_len);
+    span_of(fn, "token_table", token_table, 1);
+    auto dst = span_of(fn, "out", out, n_out);
+    // PE rows straight into out, then out = token row + PE row (float addition
+    // is commutative, so this is exactly token + PE, with no temporary).
+    tokpos::sinusoidal_table(dst, seq_len, hidden_dim, tokpos::kDefaultBase, 0);
+    for (int64_t p = 0; p < seq_len; ++p) {
+      const int64_t id = (ids[p] >= 0 && ids[p] < vocab_size) ? ids[p] : unk_id;
+      const float* row = token_table + id * hidden_dim;
+      float* o = out + p * hidden_dim;
+      for (int64_t d = 0; d < hidden_dim; ++d) o[d] = row[d] + o[d];
+    }
+  });
+}
+
+tokpos_status tokpos_sinusoidal_table(float* out, int64_t max_context, int64_t dim, double base) {
+  constexpr const char* fn = "tokpos_sinusoidal_table";
+  return guard(fn, [&] {
+    check_at_least(fn, "max_context", max_context, 1);
+    check_at_least(fn, "dim", dim, 1);
+    auto dst = span_of(fn, "out", out, checked_mul(fn, "max_context*dim", max_context, dim));
+    tokpos::sinusoidal_table(dst, max_context, dim, base, 0);
+  });
+}
+
+namespace {
+// Shared checks of tokpos_compose_forward and _backward; returns B*T.
+int64_t check_compose(const char* fn, const int64_t* ids, int64_t B, int64_t T, int64_t V, int64_t L,
+                      int64_t D) {
+  check_at_least(fn, "B", B, 0);
+  check_at_least(fn, "T", T, 0);
+  check_at_least(fn, "V", V, 1);
+  check_at_least(fn, "L", L, 1);
+  check_at_least(fn, "D", D, 1);
+  checked_mul3(fn, "B*T*D", B, T, D);
+  checked_mul(fn, "V*D", V, D);
+  checked_mul(fn, "L*D", L, D);
+  const int64_t N = B * T;
+  span_of(fn, "ids", ids, N);
+  tokpos::detail::check_position_range(fn, B, T, 0, L);
+  tokpos::detail::check_token_ids(fn, ids, B, T, V);
+  return N;
+}
+}  // namespace
+
+tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, int64_t B, int64_t T,
+                                     const float* token_table, int64_t V, const float* pos_table, int64_t L,
+                                     int64_t D) {
+  constexpr const char* fn = "tokpos_compose_forward";
+  return guard(fn, [&] {
+    const int64_t N = check_compose(fn, ids, B, T, V, L, D);
+    if (N == 0) return;
+    span_of(fn, "out", out, N);
+    span_of(fn, "token_table", token_table, 1);
+    span_of(fn, "pos_table", pos_table, 1);
+    tokpos::kernels::active_kernels().compose_forward(out, ids, token_table, V, 0, pos_table, nullptr, 0, B,
+                                                      T, D);
+  });
+}
+
+tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, const float* d_out,
+                                      const int64_t* ids, int64_t B, int64_t T, int64_t V, int64_t L,
+                                      int64_t D) {
+  constexpr const char* fn = "tokpos_compose_backward";
+  return guard(fn, [&] {
+    const int64_t N = check_compose(fn, ids, B, T, V, L, D);
+    if (N == 0) return;
+    span_of(fn, "d_token_table", d_token_table, 1);
+    span_of(fn, "d_out", d_out, 1);
+    std::vector<int64_t> pos_rows;
+    if (d_pos_table != nullptr) {  // allocate before writing anything
+      pos_rows = tokpos::detail::make_buffer<int64_t>(fn, "position rows", N);
+      for (int64_t n = 0; n < N; ++n) pos_rows[n] = n % T;
+    }
+    const auto& k = tokpos::kernels::active_kernels();
+    k.index_add_rows(d_token_table, d_out, ids, N, V, D);
+    if (d_pos_table != nullptr) k.index_add_rows(d_pos_table, d_out, pos_rows.data(), N, L, D);
+  });
+}
+
+// ---- token embedding handle ------------------------------------------------
+
+tokpos_status tokpos_token_embedding_create(tokpos_token_embedding** out, int64_t V, int64_t D,
+                                            uint64_t seed) {
+  constexpr const char* fn = "tokpos_token_embedding_create";
+  return guard(fn, [&] {
+    tokpos::detail::check_not_null(fn, "out", out);
+    *out = new tokpos_token_embedding{tokpos::TokenEmbedding({.vocab_size = V, .dim = D, .seed = seed}), {}};
+  });
+}
+
+tokpos_status tokpos_token_embedding_from_table(tokpos_token_embedding** out, const float* table, int64_t V,
+                                                int64_t D, int frozen) {
+  constexpr const char* fn = "tokpos_token_embedding_from_table";
+  return guard(fn, [&] {
+    tokpos::detail::check_not_null(fn, "out", out);
+    check_at_least(fn, "V", V, 1);
+    check_at_least(fn, "D", D, 1);
+    auto src = span_of(fn, "table", table, checked_mul(fn, "V*D", V, D));
+    *out = new tokpos_token_embedding{tokpos::TokenEmbedding::from_pretrained(
+                                          {src.begin(), src.end()}, {.vocab_size = V, .dim = D}, frozen != 0),
+                                      {}};
+  });
+}
+
+tokpos_status tokpos_token_embedding_set_id_policy(tokpos_token_embedding* e, tokpos_id_policy policy,
+                                                   int64_t unk_id) {
+  constexpr const char* fn = "tokpos_token_embedding_set_id_policy";
+  return guard(fn, [&] { handle(fn, e).module.set_id_policy(to_policy(fn, policy, unk_id)); });
+}
+
+tokpos_status tokpos_token_embedding_set_padding_idx(tokpos_token_embedding* e, int64_t padding_idx) {
+  constexpr const char* fn = "tokpos_token_embedding_set_padding_idx";
+  return guard(fn, [&] {
+    auto& m = handle(fn, e).module;
+    if (padding_idx < -1 || padding_idx >= m.vocab_size()) {
+      fail(Status::kInvalidArgument, fn, "padding_idx ", padding_idx, " is outside [-1, ", m.vocab_size(),
+           ")");
+    }
+    m.set_padding_idx(padding_idx < 0 ? std::nullopt : std::optional<int64_t>(padding_idx));
+  });
+}
+
+tokpos_status tokpos_token_embedding_forward(const tokpos_token_embedding* e, const int64_t* ids, int64_t B,
+                                             int64_t T, float* out) {
+  constexpr const char* fn = "tokpos_token_embedding_forward";
+  return guard(fn, [&] {
+    const auto& m = handle(fn, e).module;
+    check_at_least(fn, "B", B, 0);
+    check_at_least(fn, "T", T, 0);
+    const int64_t n_out = checked_mul3(fn, "B*T*D", B, T, m.dim());
+    m.forward(span_of(fn, "ids", ids, B * T), B, T, span_of(fn, "out", out, n_out));
+  });
+}
+
+tokpos_status tokpos_token_embedding_backward(tokpos_token_embedding* e, const float* d_out,
+                                              const int64_t* ids, int64_t B, int64_t T,
+                                              int64_t* num_touched) {
+  constexpr const char* fn = "tokpos_token_embedding_backward";
+  return guard(fn, [&] {
+    auto& h = handle(fn, e);
+    check_at_least(fn, "B", B, 0);
+    check_at_least(fn, "T", T, 0);
+    const int64_t n = checked_mul3(fn, "B*T*D", B, T, h.module.dim());
+    auto touched = h.module.backward(span_of(fn, "d_out", d_out, n), span_of(fn, "ids", ids, B * T), B, T);
+    h.touched = std::move(touched);
+    if (num_touched) *num_touched = static_cast<int64_t>(h.touched.size());
+  });
+}
+
+tokpos_status tokpos_token_embedding_touched_rows(const tokpos_token_embedding* e, int64_t* rows,
+                                                  int64_t capacity, int64_t* count) {
+  constexpr const char* fn = "tokpos_token_embedding_touched_rows";
+  return guard(fn, [&] {
+    const auto& h = handle(fn, e);
+    check_at_least(fn, "capacity", capacity, 0);
+    auto dst = span_of(fn, "rows", rows, std::min<int64_t>(capacity, h.touched.size()));
+    std::copy_n(h.touched.begin(), dst.size(), dst.begin());
+    if (count) *count = static_cast<int64_t>(h.touched.size());
+  });
+}
+
+tokpos_status tokpos_token_embedding_table(const tokpos_token_embedding* e, const float** table) {
+  constexpr const char* fn = "tokpos_token_embedding_table";
+  return guard(fn, [&] {
+    const auto& h = handle(fn, e);
+    tokpos::detail::check_not_null(fn, "table", table);
+    *table = h.module.table().data();
+  });
+}
+
+tokpos_status tokpos_token_embedding_grad(tokpos_token_embedding* e, const float** grad) {
+  constexpr const char* fn = "tokpos_token_embedding_grad";
+  return guard(fn, [&] {
+    auto& h = handle(fn, e);
+    tokpos::detail::check_not_null(fn, "grad", grad);
+    *grad = h.module.ensure_grad().data();
+  });
+}
+
+tokpos_status tokpos_token_embedding_zero_grad(tokpos_token_embedding* e) {
+  constexpr const char* fn = "tokpos_token_embedding_zero_grad";
+  return guard(fn, [&] { handle(fn, e).module.zero_grad(); });
+}
+
+int64_t tokpos_token_embedding_num_parameters(const tokpos_token_embedding* e) {
+  return e ? e->module.num_parameters() : -1;
+}
+
+void tokpos_token_embedding_free(tokpos_token_embedding* e) {
+  delete e;
+}
+
+// ---- position embedding handle ---------------------------------------------
+
+tokpos_status tokpos_position_embedding_create_learned(tokpos_position_embedding** out, int64_t L, int64_t D,
+                                                       uint64_t seed) {
+  constexpr const char* fn = "tokpos_position_embedding_create_learned";
+  return guard(fn, [&] {
+    tokpos::detail::check_not_null(fn, "out", out);
+    *out = new tokpos_position_embedding{std::make_unique<tokpos::LearnedPositionalEmbedding>(
+        tokpos::LearnedPositionalOptions{.max_context = L, .dim = D, .seed = seed})};
+  });
+}
+
+tokpos_status tokpos_position_embedding_create_sinusoidal(tokpos_position_embedding** out, int64_t L,
+                                                          int64_t D, double base) {
+  constexpr const char* fn = "tokpos_position_embedding_create_sinusoidal";
+  return guard(fn, [&] {
+    tokpos::detail::check_not_null(fn, "out", out);
+    *out = new tokpos_position_embedding{std::make_unique<tokpos::SinusoidalPositionalEmbedding>(
+        tokpos::SinusoidalOptions{.max_context = L, .dim = D, .base = base})};
+  });
+}
+
+tokpos_status tokpos_position_embedding_forward(const tokpos_position_embedding* p, int64_t T, int64_t start,
+                                                float* out) {
+  constexpr const char* fn = "tokpos_position_embedding_forward";
+  return guard(fn, [&] {
+    const auto& m = *handle(fn, p).module;
+    check_at_least(fn, "T", T, 0);
+    m.forward(span_of(fn, "out", out, checked_mul(fn, "T*D", T, m.dim())), T, start);
+  });
+}
+
+tokpos_status tokpos_position_embedding_backward(tokpos_position_embedding* p, const float* d_out, int64_t B,
+                                                 int64_t T, int64_t start) {
+  constexpr const char* fn = "tokpos_position_embedding_backward";
+  return guard(fn, [&] {
+    auto& m = *handle(fn, p).module;
+    check_at_least(fn, "B", B, 0);
+    check_at_least(fn, "T", T, 0);
+    const int64_t n = checked_mul3(fn, "B*T*D", B, T, m.dim());
+    m.check_positions(B, T, {.start = start}, fn);
+    m.backward(span_of(fn, "d_out", d_out, n), B, T, {.start = start});
+  });
+}
+
+tokpos_status tokpos_position_embedding_table(const tokpos_position_embedding* p, const float** table) {
+  constexpr const char* fn = "tokpos_position_embedding_table";
+  return guard(fn, [&] {
+    const auto& m = *handle(fn, p).module;
+    tokpos::detail::check_not_null(fn, "table", table);
+    *table = m.table().data();
+  });
+}
+
+tokpos_status tokpos_position_embedding_grad(tokpos_position_embedding* p, const float** grad) {
+  constexpr const char* fn = "tokpos_position_embedding_grad";
+  return guard(fn, [&] {
+    auto& m = *handle(fn, p).module;
+    tokpos::detail::check_not_null(fn, "grad", grad);
+    auto g = m.ensure_grad();
+    *grad = g.empty() ? nullptr : g.data();
+  });
+}
+
+tokpos_status tokpos_position_embedding_zero_grad(tokpos_position_embedding* p) {
+  constexpr const char* fn = "tokpos_position_embedding_zero_grad";
+  return guard(fn, [&] { handle(fn, p).module->zero_grad(); });
+}
+
+int64_t tokpos_position_embedding_num_parameters(const tokpos_position_embedding* p) {
+  return p ? p->module->num_parameters() : -1;
+}
+
+void tokpos_position_embedding_free(tokpos_position_embedding* p) {
+  delete p;
+}
+
+// ---- composer handle -------------------------------------------------------
+
+tokpos_composer_options tokpos_composer_default_options(int64_t V, int64_t D, int64_t L) {
+  tokpos_composer_options o;
+  o.vocab_size = V;
+  o.dim = D;
+  o.max_context = L;
+  o.position = TOKPOS_POSITION_SINUSOIDAL;
+  o.seed = 0;
+  o.init_std = 0.02;
+  o.base = tokpos::kDefaultBase;
+  o.id_policy = TOKPOS_IDS_ERROR;
+  o.unk_id = 1;
+  o.padding_idx = -1;
+  return o;
+}
+
+tokpos_status tokpos_composer_create(tokpos_composer** out, const tokpos_composer_options* o) {
+  constexpr const char* fn = "tokpos_composer_create";
+  return guard(fn, [&] {
+    tokpos::detail::check_not_null(fn, "out", out);
+    tokpos::detail::check_not_null(fn, "options", o);
+    if (o->padding_idx < -1) {
+      fail(Status::kInvalidArgument, fn, "padding_idx ", o->padding_idx, " must be -1 (none) or a row");
+    }
+    tokpos::TokenEmbedding token(
+        {.vocab_size = o->vocab_size,
+         .dim = o->dim,
+         .seed = o->seed,
+         .init_std = o->init_std,
+         .padding_idx = o->padding_idx < 0 ? std::nullopt : std::optional<int64_t>(o->padding_idx),
+         .id_policy = to_policy(fn, o->id_policy, o->unk_id)});
+    std::unique_ptr<tokpos::PositionalEmbedding> position;
+    switch (o->position) {
+      case TOKPOS_POSITION_LEARNED:
+        position = std::make_unique<tokpos::LearnedPositionalEmbedding>(tokpos::LearnedPositionalOptions{
+            .max_context = o->max_context, .dim = o->dim, .seed = o->seed, .init_std = o->init_std});
+        break;
+      case TOKPOS_POSITION_SINUSOIDAL:
+        position = std::make_unique<tokpos::SinusoidalPositionalEmbedding>(
+            tokpos::SinusoidalOptions{.max_context = o->max_context, .dim = o->dim, .base = o->base});
+        break;
+      default:
+        fail(Status::kInvalidArgument, fn, "position kind ", static_cast<int>(o->position),
+             " is not TOKPOS_POSITION_LEARNED (0) or TOKPOS_POSITION_SINUSOIDAL (1)");
+    }
+    *out = new tokpos_composer{tokpos::EmbeddingComposer(std::move(token), std::move(position)), {}};
+  });
+}
+
+namespace {
+tokpos::ComposeOptions compose_options(const char* fn, const int64_t* position_ids, int64_t B, int64_t T,
+                                       int64_t start) {
+  tokpos::ComposeOptions o;
+  o.positions.start = start;
+  if (position_ids != nullptr) o.positions.ids = span_of(fn, "position_ids", position_ids, B * T);
+  return o;
+}
+}  // namespace
+
+tokpos_status tokpos_composer_forward(const tokpos_composer* c, const int64_t* ids, int64_t B, int64_t T,
+                                      int64_t start, const int64_t* position_ids, float* out) {
+  constexpr const char* fn = "tokpos_composer_forward";
+  return guard(fn, [&] {
+    const auto& m = handle(fn, c).module;
+    check_at_least(fn, "B", B, 0);
+    check_at_least(fn, "T", T, 0);
+    const int64_t n_out = checked_mul3(fn, "B*T*D", B, T, m.dim());
+    m.forward(span_of(fn, "ids", ids, B * T), B, T, span_of(fn, "out", out, n_out),
+              compose_options(fn, position_ids, B, T, start));
+  });
+}
+
+tokpos_status tokpos_composer_backward(tokpos_composer* c, const float* d_out, const int64_t* ids, int64_t B,
+                                       int64_t T, int64_t start, const int64_t* position_ids,
+                                       int64_t* num_touched) {
+  constexpr const char* fn = "tokpos_composer_backward";
+  return guard(fn, [&] {
+    auto& h = handle(fn, c);
+    check_at_least(fn, "B", B, 0);
+    check_at_least(fn, "T", T, 0);
+    const int64_t n = checked_mul3(fn, "B*T*D", B, T, h.module.dim());
+    h.touched = h.module.backward(span_of(fn, "d_out", d_out, n), span_of(fn, "ids", ids, B * T), B, T,
+                                  compose_options(fn, position_ids, B, T, start));
+    if (num_touched) *num_touched = static_cast<int64_t>(h.touched.size());
+  });
+}
+
+tokpos_status tokpos_composer_token_table(const tokpos_composer* c, const float** t) {
+  constexpr const char* fn = "tokpos_composer_token_table";
+  return guard(fn, [&] {
+    const auto& m = handle(fn, c).module;
+    tokpos::detail::check_not_null(fn, "t", t);
+    *t = m.token().table().data();
+  });
+}
+
+tokpos_status tokpos_composer_position_table(const tokpos_composer* c, const float** t) {
+  constexpr const char* fn = "tokpos_composer_position_table";
+  return guard(fn, [&] {
+    const auto& m = handle(fn, c).module;
+    tokpos::detail::check_not_null(fn, "t", t);
+    *t = m.position().table().data();
+  });
+}
+
+tokpos_status tokpos_composer_token_grad(tokpos_composer* c, const float** g) {
+  constexpr const char* fn = "tokpos_composer_token_grad";
+  return guard(fn, [&] {
+    auto& m = handle(fn, c).module;
+    tokpos::detail::check_not_null(fn, "g", g);
+    *g = m.token().ensure_grad().data();
+  });
+}
+
+tokpos_status tokpos_composer_position_grad(tokpos_composer* c, const float** g) {
+  constexpr const char* fn = "tokpos_composer_position_grad";
+  return guard(fn, [&] {
+    auto& m = handle(fn, c).module;
+    tokpos::detail::check_not_null(fn, "g", g);
+    auto grad = m.position().ensure_grad();
+    *g = grad.empty() ? nullptr : grad.data();
+  });
+}
+
+tokpos_status tokpos_composer_zero_grad(tokpos_composer* c) {
+  constexpr const char* fn = "tokpos_composer_zero_grad";
+  return guard(fn, [&] { handle(fn, c).module.zero_grad(); });
+}
+
+int64_t tokpos_composer_num_parameters(const tokpos_composer* c) {
+  return c ? c->module.num_parameters() : -1;
+}
+
+void tokpos_composer_free(tokpos_composer* c) {
+  delete c;
+}
+
+}  // extern "C"

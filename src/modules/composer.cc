@@ -1,0 +1,63 @@
+#include "tokpos/composer.h"
+
+#include "common/check.h"
+#include "kernels/kernels.h"
+
+namespace tokpos {
+
+EmbeddingComposer::EmbeddingComposer(TokenEmbedding token, std::unique_ptr<PositionalEmbedding> position)
+    : token_(std::move(token)), position_(std::move(position)) {
+  constexpr const char* kWhere = "EmbeddingComposer";
+  detail::check_not_null(kWhere, "position", position_.get());
+  if (position_->dim() != token_.dim()) {
+    detail::fail(Status::kShapeMismatch, kWhere, "token dim D = ", token_.dim(), " differs from ",
+                 position_->kind(), " position dim D = ", position_->dim());
+  }
+}
+
+void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t T, std::span<float> out,
+                                const ComposeOptions& o) const {
+  constexpr const char* kWhere = "EmbeddingComposer::forward";
+  // Everything is checked before the one pass that writes out.
+  token_.check_ids(ids, B, T, o.id_policy, kWhere);
+  position_->check_positions(B, T, o.positions, kWhere);
+  const int64_t D = token_.dim();
+  detail::check_size(kWhere, "out", out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D));
+  const IdPolicy& policy = o.id_policy ? *o.id_policy : token_.id_policy();
+  kernels::active_kernels().compose_forward(out.data(), ids.data(), token_.table().data(),
+                                            token_.vocab_size(), policy.unk_id, position_->table().data(),
+                                            o.positions.ids.empty() ? nullptr : o.positions.ids.data(),
+                                            o.positions.start, B, T, D);
+}
+
+std::vector<float> EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t T,
+                                              const ComposeOptions& o) const {
+  constexpr const char* kWhere = "EmbeddingComposer::forward";
+  token_.check_ids(ids, B, T, o.id_policy, kWhere);
+  position_->check_positions(B, T, o.positions, kWhere);
+  auto out = detail::make_buffer<float>(kWhere, "output", detail::checked_mul3(kWhere, "B*T*D", B, T, dim()));
+  forward(ids, B, T, out, o);
+  return out;
+}
+
+std::vector<int64_t> EmbeddingComposer::backward(std::span<const float> d_out, std::span<const int64_t> ids,
+                                                 int64_t B, int64_t T, const ComposeOptions& o) {
+  constexpr const char* kWhere = "EmbeddingComposer::backward";
+  // Check both halves before either gradient changes.
+  token_.check_ids(ids, B, T, o.id_policy, kWhere);
+  position_->check_positions(B, T, o.positions, kWhere);
+  detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, dim()));
+  // Allocate both gradients (either may throw) before writing to either.
+  position_->ensure_grad();
+  if (!token_.frozen()) token_.ensure_grad();
+  auto touched = token_.backward(d_out, ids, B, T, o.id_policy);
+  position_->backward(d_out, B, T, o.positions);
+  return touched;
+}
+
+void EmbeddingComposer::zero_grad() {
+  token_.zero_grad();
+  position_->zero_grad();
+}
+
+}  // namespace tokpos

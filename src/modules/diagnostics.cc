@@ -1,0 +1,101 @@
+#include "tokpos/diagnostics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "common/check.h"
+
+namespace tokpos {
+namespace {
+
+void check_table(const char* where, std::span<const float> table, int64_t L, int64_t D) {
+  detail::check_at_least(where, "L", L, 1);
+  detail::check_at_least(where, "D", D, 1);
+  detail::check_size(where, "table", table.size(), detail::checked_mul(where, "L*D", L, D));
+}
+
+}  // namespace
+
+double cosine(std::span<const float> a, std::span<const float> b) {
+  detail::check_size("cosine", "b", b.size(), static_cast<int64_t>(a.size()));
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    dot += static_cast<double>(a[i]) * b[i];
+    na += static_cast<double>(a[i]) * a[i];
+    nb += static_cast<double>(b[i]) * b[i];
+  }
+  if (na == 0.0 || nb == 0.0) return 0.0;
+  return dot / (std::sqrt(na) * std::sqrt(nb));
+}
+
+std::vector<double> adjacent_cosine(std::span<const float> table, int64_t L, int64_t D) {
+  check_table("adjacent_cosine", table, L, D);
+  std::vector<double> out(static_cast<size_t>(L - 1));
+  for (int64_t p = 0; p + 1 < L; ++p) {
+    out[p] = cosine(table.subspan(p * D, D), table.subspan((p + 1) * D, D));
+  }
+  return out;
+}
+
+std::vector<double> cosine_by_offset(std::span<const float> table, int64_t L, int64_t D, int64_t max_offset) {
+  constexpr const char* kWhere = "cosine_by_offset";
+  check_table(kWhere, table, L, D);
+  if (max_offset < 0 || max_offset >= L) {
+    detail::fail(Status::kInvalidArgument, kWhere, "max_offset = ", max_offset,
+                 " is outside [0, L) with L = ", L);
+  }
+  std::vector<double> out(static_cast<size_t>(max_offset + 1));
+  for (int64_t k = 0; k <= max_offset; ++k) {
+    double sum = 0;
+    for (int64_t p = 0; p + k < L; ++p) {
+      sum += cosine(table.subspan(p * D, D), table.subspan((p + k) * D, D));
+    }
+    out[k] = sum / static_cast<double>(L - k);
+  }
+  return out;
+}
+
+std::vector<double> sinusoidal_wavelengths(int64_t D, double base) {
+  constexpr const char* kWhere = "sinusoidal_wavelengths";
+  detail::check_at_least(kWhere, "D", D, 1);
+  if (!(base > 0.0) || !std::isfinite(base)) {
+    detail::fail(Status::kInvalidArgument, kWhere, "base = ", base, " must be finite and > 0");
+  }
+  std::vector<double> out(static_cast<size_t>((D + 1) / 2));
+  for (size_t k = 0; k < out.size(); ++k) {
+    out[k] = 2.0 * std::numbers::pi * std::pow(base, static_cast<double>(2 * k) / static_cast<double>(D));
+  }
+  return out;
+}
+
+std::vector<WavelengthBand> wavelength_bands(std::span<const double> wavelengths) {
+  std::vector<WavelengthBand> bands;
+  for (size_t k = 0; k < wavelengths.size(); ++k) {
+    const double e = std::floor(std::log10(wavelengths[k]));
+    const double lower = std::pow(10.0, e);
+    if (bands.empty() || bands.back().lower != lower) {
+      bands.push_back({lower, lower * 10.0, 0, static_cast<int64_t>(k), static_cast<int64_t>(k)});
+    }
+    bands.back().pairs += 1;
+    bands.back().last_pair = static_cast<int64_t>(k);
+  }
+  return bands;
+}
+
+Summary summarize(std::span<const double> values) {
+  Summary s;
+  if (values.empty()) return s;
+  s.count = static_cast<int64_t>(values.size());
+  s.min = *std::min_element(values.begin(), values.end());
+  s.max = *std::max_element(values.begin(), values.end());
+  double sum = 0;
+  for (double v : values) sum += v;
+  s.mean = sum / static_cast<double>(s.count);
+  double sq = 0;
+  for (double v : values) sq += (v - s.mean) * (v - s.mean);
+  s.stddev = std::sqrt(sq / static_cast<double>(s.count));
+  return s;
+}
+
+}  // namespace tokpos

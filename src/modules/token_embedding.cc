@@ -1,0 +1,184 @@
+#include "tokpos/token_embedding.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/check.h"
+#include "common/validate.h"
+#include "kernels/kernels.h"
+#include "tokpos/random.h"
+
+namespace tokpos {
+namespace {
+
+void check_policy(const char* where, const IdPolicy& policy, int64_t V) {
+  if (policy.action == IdPolicy::Action::kMapToUnk && (policy.unk_id < 0 || policy.unk_id >= V)) {
+    detail::fail(Status::kInvalidArgument, where, "unk_id ", policy.unk_id, " is outside [0, ", V, ")");
+  }
+}
+
+void check_batch(const char* where, int64_t B, int64_t T) {
+  detail::check_at_least(where, "B", B, 0);
+  detail::check_at_least(where, "T", T, 0);
+}
+
+}  // namespace
+
+TokenEmbedding::TokenEmbedding(int64_t V, int64_t D, std::vector<float> table,
+                               std::optional<int64_t> padding_idx, IdPolicy policy, bool frozen)
+    : V_(V),
+      D_(D),
+      table_(std::move(table)),
+      padding_idx_(padding_idx),
+      id_policy_(policy),
+      frozen_(frozen) {}
+
+namespace {
+// Validates the shape part of the options; returns V*D.
+int64_t check_options(const char* where, const TokenEmbeddingOptions& o) {
+  detail::check_at_least(where, "vocab_size", o.vocab_size, 1);
+  detail::check_at_least(where, "dim", o.dim, 1);
+  const int64_t n = detail::checked_mul(where, "vocab_size*dim", o.vocab_size, o.dim);
+  if (o.padding_idx && (*o.padding_idx < 0 || *o.padding_idx >= o.vocab_size)) {
+    detail::fail(Status::kInvalidArgument, where, "padding_idx ", *o.padding_idx, " is outside [0, ",
+                 o.vocab_size, ")");
+  }
+  check_policy(where, o.id_policy, o.vocab_size);
+  return n;
+}
+}  // namespace
+
+TokenEmbedding::TokenEmbedding(const TokenEmbeddingOptions& o) {
+  constexpr const char* kWhere = "TokenEmbedding";
+  const int64_t n = check_options(kWhere, o);
+  if (!(o.init_std >= 0.0) || !std::isfinite(o.init_std)) {
+    detail::fail(Status::kInvalidArgument, kWhere, "init_std = ", o.init_std, " must be finite and >= 0");
+  }
+  auto table = detail::make_buffer<float>(kWhere, "token table", n);
+  fill_normal(table, o.seed, kTokenTableStream, 0.0, o.init_std);
+  if (o.padding_idx) {
+    std::fill_n(table.begin() + *o.padding_idx * o.dim, o.dim, 0.0f);
+  }
+  *this = TokenEmbedding(o.vocab_size, o.dim, std::move(table), o.padding_idx, o.id_policy, false);
+}
+
+TokenEmbedding TokenEmbedding::from_pretrained(std::vector<float> table, const TokenEmbeddingOptions& o,
+                                               bool frozen) {
+  constexpr const char* kWhere = "TokenEmbedding::from_pretrained";
+  const int64_t n = check_options(kWhere, o);
+  detail::check_size(kWhere, "table", table.size(), n);
+  return TokenEmbedding(o.vocab_size, o.dim, std::move(table), o.padding_idx, o.id_policy, frozen);
+}
+
+void TokenEmbedding::set_id_policy(const IdPolicy& policy) {
+  check_policy("TokenEmbedding::set_id_policy", policy, V_);
+  id_policy_ = policy;
+}
+
+void TokenEmbedding::set_padding_idx(std::optional<int64_t> padding_idx) {
+  if (padding_idx && (*padding_idx < 0 || *padding_idx >= V_)) {
+    detail::fail(Status::kInvalidArgument, "TokenEmbedding::set_padding_idx", "padding_idx ", *padding_idx,
+                 " is outside [0, ", V_, ")");
+  }
+  padding_idx_ = padding_idx;
+  if (padding_idx) std::fill_n(table_.begin() + *padding_idx * D_, D_, 0.0f);
+}
+
+std::span<float> TokenEmbedding::ensure_grad() {
+  if (grad_.empty()) grad_ = detail::make_buffer<float>("TokenEmbedding", "gradient", V_ * D_);
+  return grad_;
+}
+
+void TokenEmbedding::zero_grad() {
+  std::fill(grad_.begin(), grad_.end(), 0.0f);
+}
+
+void TokenEmbedding::check_ids(std::span<const int64_t> ids, int64_t B, int64_t T,
+                               std::optional<IdPolicy> policy, const char* where) const {
+  check_batch(where, B, T);
+  detail::check_size(where, "ids", ids.size(), detail::checked_mul(where, "B*T", B, T));
+  const IdPolicy& p = policy ? *policy : id_policy_;
+  check_policy(where, p, V_);
+  if (p.action == IdPolicy::Action::kError) detail::check_token_ids(where, ids.data(), B, T, V_);
+}
+
+std::vector<int64_t> TokenEmbedding::resolve_ids(std::span<const int64_t> ids, int64_t B, int64_t T,
+                                                 std::optional<IdPolicy> policy, const char* where) const {
+  check_ids(ids, B, T, policy, where);
+  const IdPolicy& p = policy ? *policy : id_policy_;
+  auto rows = detail::make_buffer<int64_t>(where, "row list", static_cast<int64_t>(ids.size()));
+  for (size_t n = 0; n < ids.size(); ++n) {
+    rows[n] = (ids[n] >= 0 && ids[n] < V_) ? ids[n] : p.unk_id;
+  }
+  return rows;
+}
+
+void TokenEmbedding::forward(std::span<const int64_t> ids, int64_t B, int64_t T, std::span<float> out,
+                             std::optional<IdPolicy> policy) const {
+  constexpr const char* kWhere = "TokenEmbedding::forward";
+  check_ids(ids, B, T, policy, kWhere);
+  detail::check_size(kWhere, "out", out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
+  const IdPolicy& p = policy ? *policy : id_policy_;
+  kernels::active_kernels().compose_forward(out.data(), ids.data(), table_.data(), V_, p.unk_id, nullptr,
+                                            nullptr, 0, B, T, D_);
+}
+
+std::vector<float> TokenEmbedding::forward(std::span<const int64_t> ids, int64_t B, int64_t T,
+                                           std::optional<IdPolicy> policy) const {
+  constexpr const char* kWhere = "TokenEmbedding::forward";
+  check_ids(ids, B, T, policy, kWhere);
+  auto out = detail::make_buffer<float>(kWhere, "output", detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
+  forward(ids, B, T, out, policy);
+  return out;
+}
+
+std::vector<int64_t> TokenEmbedding::backward(std::span<const float> d_out, std::span<const int64_t> ids,
+                                              int64_t B, int64_t T, std::optional<IdPolicy> policy) {
+  constexpr const char* kWhere = "TokenEmbedding::backward";
+  auto rows = resolve_ids(ids, B, T, policy, kWhere);
+  detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
+  if (frozen_) return {};
+  if (padding_idx_) {
+    for (auto& r : rows) r = (r == *padding_idx_) ? -1 : r;
+  }
+  std::vector<int64_t> touched = rows;
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  if (!touched.empty() && touched.front() < 0) touched.erase(touched.begin());
+  ensure_grad();  // may throw; nothing has been written yet
+  kernels::active_kernels().index_add_rows(grad_.data(), d_out.data(), rows.data(),
+                                           static_cast<int64_t>(rows.size()), V_, D_);
+  return touched;
+}
+
+void TokenEmbedding::logits(std::span<const float> h, int64_t N, std::span<float> out) const {
+  constexpr const char* kWhere = "TokenEmbedding::logits";
+  detail::check_at_least(kWhere, "N", N, 0);
+  detail::check_size(kWhere, "h", h.size(), detail::checked_mul(kWhere, "N*D", N, D_));
+  detail::check_size(kWhere, "logits", out.size(), detail::checked_mul(kWhere, "N*V", N, V_));
+  kernels::linear_nt(out.data(), h.data(), table_.data(), N, V_, D_);
+}
+
+std::vector<float> TokenEmbedding::logits(std::span<const float> h, int64_t N) const {
+  constexpr const char* kWhere = "TokenEmbedding::logits";
+  detail::check_at_least(kWhere, "N", N, 0);
+  auto out = detail::make_buffer<float>(kWhere, "logits", detail::checked_mul(kWhere, "N*V", N, V_));
+  logits(h, N, out);
+  return out;
+}
+
+void TokenEmbedding::logits_backward(std::span<const float> d_logits, std::span<const float> h, int64_t N,
+                                     std::span<float> d_h) {
+  constexpr const char* kWhere = "TokenEmbedding::logits_backward";
+  detail::check_at_least(kWhere, "N", N, 0);
+  detail::check_size(kWhere, "d_logits", d_logits.size(), detail::checked_mul(kWhere, "N*V", N, V_));
+  detail::check_size(kWhere, "h", h.size(), detail::checked_mul(kWhere, "N*D", N, D_));
+  if (!d_h.empty()) detail::check_size(kWhere, "d_h", d_h.size(), N * D_);
+  // A frozen table gets no gradient, but d_h still flows. padding_idx masks only
+  // the lookup path: the output side touches every row, as in PyTorch.
+  float* dW = frozen_ ? nullptr : ensure_grad().data();
+  kernels::linear_nt_backward(dW, d_h.empty() ? nullptr : d_h.data(), d_logits.data(), h.data(),
+                              table_.data(), N, V_, D_);
+}
+
+}  // namespace tokpos

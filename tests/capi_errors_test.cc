@@ -1,0 +1,168 @@
+// The C API's failure contract, entry point by entry point: a status, a message
+// naming the value and the limit, and outputs left exactly as they were.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+#include "tokpos/tokpos.h"
+
+namespace {
+
+using tokpos::testing::bitwise_equal;
+using tokpos::testing::noise;
+using tokpos::testing::sentinel;
+
+void expect_message(std::initializer_list<std::string> pieces) {
+  const std::string msg = tokpos_last_error();
+  for (const auto& p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
+}
+
+TEST(CApi, StatusStrings) {
+  EXPECT_STREQ(tokpos_status_string(TOKPOS_OK), "TOKPOS_OK");
+  EXPECT_STREQ(tokpos_status_string(TOKPOS_ID_OUT_OF_RANGE), "TOKPOS_ID_OUT_OF_RANGE");
+  EXPECT_STREQ(tokpos_status_string(TOKPOS_INTERNAL), "TOKPOS_INTERNAL");
+  EXPECT_STREQ(tokpos_status_string(static_cast<tokpos_status>(99)), "TOKPOS_UNKNOWN_STATUS");
+  EXPECT_STREQ(tokpos_version(), "0.1.0");
+}
+
+TEST(CApi, EmbeddingForwardErrors) {
+  const int64_t V = 8, D = 4;
+  const auto table = noise(V * D, 1);
+  const int64_t ids[2] = {1, 2};
+  auto out = sentinel(2 * D);
+  const auto before = out;
+  EXPECT_EQ(tokpos_embedding_forward(nullptr, 2, table.data(), V, D, 1, out.data()), TOKPOS_NULL_POINTER);
+  expect_message({"tokpos_embedding_forward", "token_ids is NULL"});
+  EXPECT_EQ(tokpos_embedding_forward(ids, 2, nullptr, V, D, 1, out.data()), TOKPOS_NULL_POINTER);
+  EXPECT_EQ(tokpos_embedding_forward(ids, 2, table.data(), V, D, 1, nullptr), TOKPOS_NULL_POINTER);
+  expect_message({"out is NULL"});
+  EXPECT_EQ(tokpos_embedding_forward(ids, -1, table.data(), V, D, 1, out.data()), TOKPOS_INVALID_ARGUMENT);
+  expect_message({"seq_len = -1"});
+  EXPECT_EQ(tokpos_embedding_forward(ids, 2, table.data(), -5, D, 1, out.data()), TOKPOS_INVALID_ARGUMENT);
+  EXPECT_EQ(tokpos_embedding_forward(ids, 2, table.data(), V, 0, 1, out.data()), TOKPOS_INVALID_ARGUMENT);
+  expect_message({"hidden_dim = 0"});
+  EXPECT_EQ(tokpos_embedding_forward(ids, 2, table.data(), V, D, 8, out.data()), TOKPOS_INVALID_ARGUMENT);
+  expect_message({"unk_id 8 is outside [0, 8)"});
+  EXPECT_EQ(tokpos_embedding_forward(ids, 2, table.data(), V, D, -1, out.data()), TOKPOS_INVALID_ARGUMENT);
+  EXPECT_TRUE(bitwise_equal(out, before));
+}
+
+TEST(CApi, ComposeForwardErrorsWriteNothing) {
+  const int64_t V = 10, L = 4, D = 3, B = 2, T = 3;
+  const auto tok = noise(V * D, 2), pos = noise(L * D, 3);
+  std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6};
+  auto out = sentinel(B * T * D);
+  const auto before = out;
+  ids[4] = 10;
+  EXPECT_EQ(tokpos_compose_forward(out.data(), ids.data(), B, T, tok.data(), V, pos.data(), L, D),
+            TOKPOS_ID_OUT_OF_RANGE);
+  expect_message({"tokpos_compose_forward", "token id 10 at (b=1, t=1) is outside [0, 10)"});
+  ids[4] = 5;
+  EXPECT_EQ(tokpos_compose_forward(out.data(), ids.data(), 1, 6, tok.data(), V, pos.data(), L, D),
+            TOKPOS_POSITION_OUT_OF_RANGE);
+  expect_message({"T = 6", "L = 4"});
+  EXPECT_EQ(tokpos_compose_forward(out.data(), nullptr, B, T, tok.data(), V, pos.data(), L, D),
+            TOKPOS_NULL_POINTER);
+  EXPECT_EQ(tokpos_compose_forward(out.data(), ids.data(), B, T, nullptr, V, pos.data(), L, D),
+            TOKPOS_NULL_POINTER);
+  expect_message({"token_table is NULL"});
+  EXPECT_EQ(tokpos_compose_forward(out.data(), ids.data(), B, T, tok.data(), V, nullptr, L, D),
+            TOKPOS_NULL_POINTER);
+  EXPECT_EQ(tokpos_compose_forward(nullptr, ids.data(), B, T, tok.data(), V, pos.data(), L, D),
+            TOKPOS_NULL_POINTER);
+  EXPECT_EQ(tokpos_compose_forward(out.data(), ids.data(), B, T, tok.data(), 0, pos.data(), L, D),
+            TOKPOS_INVALID_ARGUMENT);
+  expect_message({"V = 0"});
+  EXPECT_EQ(tokpos_compose_forward(out.data(), ids.data(), B, T, tok.data(), V, pos.data(), 0, D),
+            TOKPOS_INVALID_ARGUMENT);
+  EXPECT_EQ(tokpos_compose_forward(out.data(), ids.data(), B, T, tok.data(), V, pos.data(), L, 0),
+            TOKPOS_INVALID_ARGUMENT);
+  EXPECT_EQ(tokpos_compose_forward(out.data(), ids.data(), int64_t{1} << 40, int64_t{1} << 30, tok.data(), V,
+                                   pos.data(), L, D),
+            TOKPOS_SIZE_OVERFLOW);
+  expect_message({"B*T*D"});
+  EXPECT_TRUE(bitwise_equal(out, before));
+  // Empty batches succeed without touching anything, NULLs included.
+  EXPECT_EQ(tokpos_compose_forward(nullptr, nullptr, 0, T, tok.data(), V, pos.data(), L, D), TOKPOS_OK);
+}
+
+TEST(CApi, ComposeBackwardErrorsLeaveGradientsUntouched) {
+  const int64_t V = 10, L = 4, D = 3, B = 1, T = 3;
+  auto g_tok = noise(V * D, 4), g_pos = noise(L * D, 5);
+  const auto tok_before = g_tok, pos_before = g_pos;
+  const auto d_out = noise(B * T * D, 6);
+  const std::vector<int64_t> bad = {1, 11, 2};
+  EXPECT_EQ(tokpos_compose_backward(g_tok.data(), g_pos.data(), d_out.data(), bad.data(), B, T, V, L, D),
+            TOKPOS_ID_OUT_OF_RANGE);
+  const std::vector<int64_t> ids = {1, 2, 3, 4, 5};
+  EXPECT_EQ(
+      tokpos_compose_backward(g_tok.data(), g_pos.data(), noise(5 * D, 7).data(), ids.data(), 1, 5, V, L, D),
+      TOKPOS_POSITION_OUT_OF_RANGE);
+  EXPECT_EQ(tokpos_compose_backward(nullptr, g_pos.data(), d_out.data(), ids.data(), B, T, V, L, D),
+            TOKPOS_NULL_POINTER);
+  EXPECT_EQ(tokpos_compose_backward(g_tok.data(), g_pos.data(), nullptr, ids.data(), B, T, V, L, D),
+            TOKPOS_NULL_POINTER);
+  expect_message({"d_out is NULL"});
+  EXPECT_TRUE(bitwise_equal(g_tok, tok_before));
+  EXPECT_TRUE(bitwise_equal(g_pos, pos_before));
+  // d_pos_table may be NULL.
+  EXPECT_EQ(tokpos_compose_backward(g_tok.data(), nullptr, d_out.data(), ids.data(), B, T, V, L, D),
+            TOKPOS_OK);
+}
+
+TEST(CApi, HandlesRejectNullAndBadArguments) {
+  tokpos_token_embedding* e = nullptr;
+  EXPECT_EQ(tokpos_token_embedding_create(nullptr, 4, 4, 0), TOKPOS_NULL_POINTER);
+  EXPECT_EQ(tokpos_token_embedding_create(&e, 0, 4, 0), TOKPOS_INVALID_ARGUMENT);
+  expect_message({"vocab_size = 0"});
+  EXPECT_EQ(e, nullptr);
+  ASSERT_EQ(tokpos_token_embedding_create(&e, 4, 2, 0), TOKPOS_OK);
+  EXPECT_EQ(tokpos_token_embedding_forward(nullptr, nullptr, 1, 1, nullptr), TOKPOS_NULL_POINTER);
+  expect_message({"handle is NULL"});
+  const int64_t bad = 4;
+  auto out = sentinel(2);
+  EXPECT_EQ(tokpos_token_embedding_forward(e, &bad, 1, 1, out.data()), TOKPOS_ID_OUT_OF_RANGE);
+  expect_message({"token id 4 at (b=0, t=0) is outside [0, 4)"});
+  EXPECT_TRUE(bitwise_equal(out, sentinel(2)));
+  EXPECT_EQ(tokpos_token_embedding_set_id_policy(e, TOKPOS_IDS_MAP_TO_UNK, 9), TOKPOS_INVALID_ARGUMENT);
+  EXPECT_EQ(tokpos_token_embedding_set_id_policy(e, static_cast<tokpos_id_policy>(5), 0),
+            TOKPOS_INVALID_ARGUMENT);
+  EXPECT_EQ(tokpos_token_embedding_set_padding_idx(e, 4), TOKPOS_INVALID_ARGUMENT);
+  EXPECT_EQ(tokpos_token_embedding_num_parameters(nullptr), -1);
+  tokpos_token_embedding_free(e);
+  tokpos_token_embedding_free(nullptr);  // like free(NULL)
+
+  tokpos_composer* c = nullptr;
+  EXPECT_EQ(tokpos_composer_create(&c, nullptr), TOKPOS_NULL_POINTER);
+  auto o = tokpos_composer_default_options(10, 4, 8);
+  o.position = static_cast<tokpos_position_kind>(7);
+  EXPECT_EQ(tokpos_composer_create(&c, &o), TOKPOS_INVALID_ARGUMENT);
+  expect_message({"position kind 7"});
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(tokpos_composer_num_parameters(nullptr), -1);
+
+  tokpos_position_embedding* p = nullptr;
+  EXPECT_EQ(tokpos_position_embedding_create_sinusoidal(&p, 8, 4, 0.0), TOKPOS_INVALID_ARGUMENT);
+  expect_message({"base = 0"});
+  ASSERT_EQ(tokpos_position_embedding_create_sinusoidal(&p, 8, 4, 10000.0), TOKPOS_OK);
+  auto pout = sentinel(9 * 4);
+  EXPECT_EQ(tokpos_position_embedding_forward(p, 9, 0, pout.data()), TOKPOS_POSITION_OUT_OF_RANGE);
+  expect_message({"T = 9", "L = 8"});
+  EXPECT_EQ(tokpos_position_embedding_forward(p, 3, 6, pout.data()), TOKPOS_POSITION_OUT_OF_RANGE);
+  expect_message({"start + T = 6 + 3"});
+  EXPECT_TRUE(bitwise_equal(pout, sentinel(9 * 4)));
+  tokpos_position_embedding_free(p);
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+  EXPECT_EQ(tokpos_compose_forward(nullptr, nullptr, 1, 1, nullptr, 1, nullptr, 1, 1), TOKPOS_NULL_POINTER);
+  std::string other;
+  std::thread([&] { other = tokpos_last_error(); }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_NE(std::string(tokpos_last_error()), "");
+}
+
+}  // namespace

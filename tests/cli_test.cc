@@ -1,0 +1,132 @@
+// The tokpos tool, run as a user would: the report, --json, the D=64 vs D=32
+// exercise, and bad flags.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+// Runs the CLI with args through the shell; stderr is folded into out.
+Result run(const std::string& args) {
+  const std::string cmd = std::string(TOKPOS_CLI) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {-1, ""};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int st = pclose(pipe);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+nlohmann::json run_json(const std::string& args) {
+  const auto r = run("demo --json " + args);
+  EXPECT_EQ(r.status, 0) << r.out;
+  return nlohmann::json::parse(r.out);
+}
+
+TEST(Cli, DemoPrintsEverySection) {
+  const auto r = run("demo");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* piece :
+       {"ids      [76, 105, 112, 112, 115,", "(B, T) = (1, 19)", "(B, T, D) = (1, 19, 64)", "16,640", "8,192",
+        "24,832", "adjacent-position cosine", "learned", "sinusoidal", "wavelength bands (D = 64",
+        "what to look at"}) {
+    EXPECT_NE(r.out.find(piece), std::string::npos) << "missing: " << piece << "\n" << r.out;
+  }
+}
+
+TEST(Cli, JsonHasTheDocumentedFields) {
+  const auto j = run_json("");
+  EXPECT_EQ(j["config"]["vocab_size"], 260);
+  EXPECT_EQ(j["config"]["dim"], 64);
+  EXPECT_EQ(j["config"]["max_context"], 128);
+  EXPECT_EQ(j["config"]["seed"], 0);
+  EXPECT_EQ(j["config"]["base"], 10000.0);
+  EXPECT_EQ(j["ids"].size(), 19u);
+  EXPECT_EQ(j["ids"][0], 76);  // 'H' + 4
+  EXPECT_EQ(j["shapes"]["output"], (nlohmann::json{1, 19, 64}));
+  EXPECT_EQ(j["parameters"]["token"], 260 * 64);
+  EXPECT_EQ(j["parameters"]["learned_position"], 128 * 64);
+  EXPECT_EQ(j["parameters"]["sinusoidal_position"], 0);
+  ASSERT_EQ(j["adjacent_cosine"]["learned"].size(), 127u);  // L - 1 over the whole table
+  ASSERT_EQ(j["adjacent_cosine"]["sinusoidal"].size(), 127u);
+  EXPECT_EQ(j["wavelengths"].size(), 32u);
+  // The sinusoidal neighbours are all equally similar (closed form); the learned ones are not.
+  for (const auto& v : j["adjacent_cosine"]["sinusoidal"]) EXPECT_NEAR(v.get<double>(), 0.9659, 1e-3);
+  EXPECT_LT(std::abs(j["adjacent_cosine_summary"]["learned"]["mean"].get<double>()), 0.1);
+}
+
+TEST(Cli, Dim32Versus64ChangesTheBands) {
+  const auto a = run_json("--dim 64"), b = run_json("--dim 32");
+  ASSERT_EQ(a["wavelengths"].size(), 32u);
+  ASSERT_EQ(b["wavelengths"].size(), 16u);
+  EXPECT_NEAR(a["wavelengths"][0].get<double>(), 2 * M_PI, 1e-9);
+  EXPECT_NEAR(b["wavelengths"][0].get<double>(), 2 * M_PI, 1e-9);
+  EXPECT_NEAR(a["wavelengths"][1].get<double>() / a["wavelengths"][0].get<double>(), std::pow(1e4, 2.0 / 64),
+              1e-9);
+  EXPECT_NEAR(b["wavelengths"][1].get<double>() / b["wavelengths"][0].get<double>(), std::pow(1e4, 2.0 / 32),
+              1e-9);
+  // Decade [100, 1000) holds 8 pairs at D = 64 and 4 at D = 32.
+  auto pairs_in = [](const nlohmann::json& j, double lower) {
+    for (const auto& band : j["wavelength_bands"])
+      if (band["lower"] == lower) return band["pairs"].get<int>();
+    return -1;
+  };
+  EXPECT_EQ(pairs_in(a, 100.0), 8);
+  EXPECT_EQ(pairs_in(b, 100.0), 4);
+  const auto text = run("demo --dim 32");
+  EXPECT_NE(text.out.find("D = 32, base = 10000: 16 sin/cos pairs"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("x1.778"), std::string::npos);
+}
+
+TEST(Cli, FlagsChangeTheRun) {
+  const auto j = run_json("--text Hi --vocab 300 --context 16 --seed 5 --base 100 --dim 8");
+  EXPECT_EQ(j["ids"], (nlohmann::json{76, 109}));
+  EXPECT_EQ(j["config"]["seed"], 5);
+  EXPECT_EQ(j["adjacent_cosine"]["learned"].size(), 15u);
+  EXPECT_EQ(j["parameters"]["token"], 300 * 8);
+  EXPECT_NEAR(j["wavelengths"][3].get<double>(), 2 * M_PI * std::pow(100.0, 6.0 / 8), 1e-9);
+  // The seed changes the learned table but never the sinusoidal one.
+  const auto k = run_json("--text Hi --vocab 300 --context 16 --seed 6 --base 100 --dim 8");
+  EXPECT_NE(j["adjacent_cosine"]["learned"], k["adjacent_cosine"]["learned"]);
+  EXPECT_EQ(j["adjacent_cosine"]["sinusoidal"], k["adjacent_cosine"]["sinusoidal"]);
+}
+
+TEST(Cli, SameArgumentsSameOutput) {
+  EXPECT_EQ(run("demo --json").out, run("demo --json").out);
+}
+
+TEST(Cli, BadFlagsFailClearly) {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  for (const Case& c : {Case{"demo --dim 0", "--dim"}, Case{"demo --dim abc", "--dim"},
+                        Case{"demo --context -3", "--context"}, Case{"demo --base 0", "--base"},
+                        Case{"demo --bogus", "--bogus"}, Case{"", "subcommand"},
+                        Case{"demo --vocab 100", "token id 105 at (b=0, t=1) is outside [0, 100)"},
+                        Case{"demo --context 10", "T = 19 exceeds max_context L = 10"}}) {
+    const auto r = run(c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << " -> " << r.out;
+  }
+}
+
+TEST(Cli, Version) {
+  const auto r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("0.1.0"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Checks that the Debian packages tokpos builds against are installed.
+# As root it installs the missing ones with apt-get; otherwise it names them and fails.
+# Usage: tools/ensure-deps.sh [extra-package ...]
+set -euo pipefail
+
+# Why each one is here (the README's "Dependencies" section says the same):
+#   cmake, make, g++, pkg-config : the build itself (pkg-config for the installed-package test)
+#   libgtest-dev                 : the C++ test suite (GoogleTest, run through ctest)
+#   libbenchmark-dev             : `make bench` microbenchmarks (Google Benchmark)
+#   libcli11-dev                 : command-line parsing for the `tokpos` tool
+#   nlohmann-json3-dev           : `tokpos demo --json` output (and, later, safetensors headers)
+required=(cmake make g++ pkg-config libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev "$@")
+
+missing=()
+for pkg in "${required[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "tokpos: installing missing Debian packages: ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y --no-install-recommends "${missing[@]}" >&2; then
+    apt-get update >&2 && apt-get install -y --no-install-recommends "${missing[@]}" >&2
+  fi
+  exit 0
+fi
+
+echo "tokpos: missing Debian packages: ${missing[*]}" >&2
+echo "tokpos: install them with: sudo apt-get install ${missing[*]}" >&2
+exit 1
