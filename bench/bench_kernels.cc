@@ -1,2 +1,132 @@
+// Microbenchmarks: each kernel back end, and the bandwidth line it should sit
+// at (a parallel copy of the same bytes). Bytes processed count what must
+// cross the memory bus: token rows read + output written (the position table
+// is small and stays in cache), so GB/s compare directly with the copy.
+//
+//   build/bin/tokpos_bench --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "tokpos/random.h"
+#include "tokpos/sinusoidal.h"
+#include "tokpos/threading.h"
+
+namespace {
+
+struct Shape {
+  int64_t V, D, L, B, T;
+};
+constexpr Shape kGpt2{50257, 768, 1024, 8, 1024};  // GPT-2 small, a full training batch
+
+struct Data {
+  std::vector<float> tok, pos, out, d_out, grad;
+  std::vector<int64_t> ids;
+  explicit Data(const Shape& s)
+      : tok(s.V * s.D),
+        pos(s.L * s.D),
+        out(s.B * s.T * s.D),
+        d_out(s.B * s.T * s.D),
+        grad(s.V * s.D),
+        ids(s.B * s.T) {
+    tokpos::fill_normal(tok, 1, 0, 0.0, 0.02);
+    tokpos::fill_normal(pos, 1, 1, 0.0, 0.02);
+    tokpos::fill_normal(d_out, 2, 0, 0.0, 1.0);
+    uint64_t x = 88172645463325252ull;
+    for (auto& id : ids) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      id = static_cast<int64_t>(x % static_cast<uint64_t>(s.V));
+    }
+  }
+};
+
+Data& gpt2() {
+  static Data d(kGpt2);
+  return d;
+}
+
+void set_threads(benchmark::State& state) {
+  tokpos::set_num_threads(static_cast<int>(state.range(0)));
+}
+
+void BM_ComposeForward(benchmark::State& state, const tokpos::kernels::KernelTable* k) {
+  set_threads(state);
+  auto& d = gpt2();
+  const auto s = kGpt2;
+  for (auto _ : state) {
+    k->compose_forward(d.out.data(), d.ids.data(), d.tok.data(), s.V, 0, d.pos.data(), nullptr, 0, s.B, s.T,
+                       s.D);
+    benchmark::DoNotOptimize(d.out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * s.B * s.T * s.D * 4 * 2);
+}
+
+void BM_IndexAddRows(benchmark::State& state, const tokpos::kernels::KernelTable* k) {
+  set_threads(state);
+  auto& d = gpt2();
+  const auto s = kGpt2;
+  for (auto _ : state) {
+    k->index_add_rows(d.grad.data(), d.d_out.data(), d.ids.data(), s.B * s.T, s.V, s.D);
+    benchmark::ClobberMemory();
+  }
+  // d_out read + touched gradient rows read and written.
+  state.SetBytesProcessed(state.iterations() * s.B * s.T * s.D * 4 * 3);
+}
+
+// The bandwidth line: copy as many bytes as the forward writes, in parallel.
+void BM_ParallelCopy(benchmark::State& state) {
+  set_threads(state);
+  auto& d = gpt2();
+  const int64_t n = static_cast<int64_t>(d.out.size());
+  const int nt = tokpos::num_threads();
+  for (auto _ : state) {
+#pragma omp parallel num_threads(nt)
+    {
+      const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
+      const int64_t lo = n * k / team, hi = n * (k + 1) / team;
+      std::memcpy(d.out.data() + lo, d.d_out.data() + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * 4 * 2);
+}
+
+void BM_SinusoidalTable(benchmark::State& state) {
+  set_threads(state);
+  const int64_t L = 2048, D = 768;
+  std::vector<float> t(L * D);
+  for (auto _ : state) {
+    tokpos::sinusoidal_table(t, L, D);
+    benchmark::DoNotOptimize(t.data());
+  }
+  state.SetItemsProcessed(state.iterations() * L * D);
+}
+
+BENCHMARK_CAPTURE(BM_ComposeForward, reference, &tokpos::kernels::reference_kernels())
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ComposeForward, cpu, &tokpos::kernels::cpu_kernels())
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_ParallelCopy)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_IndexAddRows, reference, &tokpos::kernels::reference_kernels())
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_IndexAddRows, cpu, &tokpos::kernels::cpu_kernels())
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_SinusoidalTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
 BENCHMARK_MAIN();

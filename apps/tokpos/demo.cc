@@ -158,15 +158,18 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
                   first_values(v.adjacent, 8).c_str(), s.mean, s.stddev, s.min, s.max);
     out << line;
   }
-  out << "  cosine by offset k (mean over p), k = 1, 2, 4, 8, 16, 32:\n";
+  std::vector<int64_t> offsets;
+  for (int64_t k : {1, 2, 4, 8, 16, 32}) {
+    if (k < static_cast<int64_t>(variants[0].by_offset.size())) offsets.push_back(k);
+  }
+  out << "  cosine by offset k (mean over p), k = ";
+  for (size_t i = 0; i < offsets.size(); ++i) out << (i ? ", " : "") << offsets[i];
+  out << ":\n";
   for (const auto& v : variants) {
     char name[32];
     std::snprintf(name, sizeof name, "  %-13s", v.name);
     out << name;
-    for (int64_t k : {1, 2, 4, 8, 16, 32}) {
-      if (k < static_cast<int64_t>(v.by_offset.size()))
-        out << fmt(" %+.3f", v.by_offset[static_cast<size_t>(k)]);
-    }
+    for (int64_t k : offsets) out << fmt(" %+.3f", v.by_offset[static_cast<size_t>(k)]);
     out << "\n";
   }
 

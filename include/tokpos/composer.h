@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "tokpos/error.h"
 #include "tokpos/positional.h"
 #include "tokpos/token_embedding.h"
 

@@ -1,4 +1,4 @@
-#include <tokpos/composer.h>
+#include <tokpos/tokpos.hpp>
 #include <tokpos/tokpos.h>
 
 #include <cstdio>
