@@ -5,7 +5,8 @@
 //   angle(p, i) = p / base^(2*(i/2)/D)        (i/2 is integer division)
 //   PE(p, i)    = sin(angle) for even i, cos(angle) for odd i
 // Odd D is allowed: the last feature is then a lone sin.
-// Angles are computed in double and each value is rounded once to float.
+// Every value is the exact real value correctly rounded to float (the
+// interleaved case of position_table.h; docs/precision.md).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,64 @@
+// tokpos/position_table.h: exact sinusoidal position tables in every published layout.
+//
+// Every entry is the exact real value rounded to nearest-even in the output
+// type (float32, bfloat16 or float16): for float32 that is within 2^-25 of the
+// exact value, inside the 2^-24 contract. This holds for positions below 2^32
+// and any D; docs/precision.md says how, docs/layouts.md lists the layouts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace tokpos {
+
+enum class Layout {
+  kInterleaved,  // sin, cos, sin, cos, ...;  w_k = base^(-2k/D)           (the seeds, DistilBERT/XLM, Keras)
+  kHalves,       // [sin ... | cos ...];      w_k = base^(-2k/D)           (Marian)
+  kFairseq,      // [sin | cos | 0 if odd D]; w_k = base^(-k/(D/2 - 1)), zero padding row (fairseq, M2M100)
+  kT2T,          // [sin | cos | 0 if odd D]; w_k = min_ts (max_ts/min_ts)^(-k/max(D/2 - 1, 1))  (tensor2tensor)
+  kGgml,         // [cos | sin | 0 if odd D]; w_k = base^(-k/(D/2))         (ggml timestep embedding)
+};
+
+enum class DType { kF32, kBF16, kF16 };
+
+struct TableOptions {
+  Layout layout = Layout::kInterleaved;
+  double base = 10000.0;                    // base; tensor2tensor's max_timescale; ggml's max_period
+  double min_timescale = 1.0;               // tensor2tensor only
+  std::optional<int64_t> padding_idx = {};  // fairseq only: the row of this position is all zeros
+};
+
+const char* layout_name(Layout layout);                          // "interleaved", "halves", ...
+std::optional<Layout> parse_layout(std::string_view name);
+const char* dtype_name(DType dtype);                             // "f32", "bf16", "f16"
+std::optional<DType> parse_dtype(std::string_view name);
+size_t dtype_size(DType dtype);                                  // 4 or 2
+
+// Number of sin/cos frequency pairs of the layout at width D.
+int64_t num_frequency_pairs(Layout layout, int64_t D);
+// Frequency of pair k in radians per position (exact value rounded to double).
+double frequency(int64_t k, int64_t D, const TableOptions& options);
+
+// out holds L*D values of dtype (float, or the uint16 bits of bf16/f16):
+// row r is the encoding of position start + r. Overwrites out.
+// Throws Error(kInvalidArgument) for L, D < 1, start < 0, a bad base or
+// min_timescale, a padding_idx with another layout; kSizeOverflow if
+// L*D overflows. Parallel, and identical for every thread count.
+void position_table(void* out, DType dtype, int64_t L, int64_t D, int64_t start,
+                    const TableOptions& options);
+std::vector<float> position_table(int64_t L, int64_t D, int64_t start = 0,
+                                  const TableOptions& options = {});
+
+// One entry of the table (the same bits as position_table), in float.
+float position_value(int64_t pos, int64_t i, int64_t D, const TableOptions& options = {});
+
+// Reorders the columns of an (L, D) table between kInterleaved and kHalves
+// (the same frequencies): interleaved (2k, 2k+1) <-> halves (k, ceil(D/2)+k).
+// out and in must not overlap.
+void convert_layout(std::span<float> out, std::span<const float> in, int64_t L, int64_t D, Layout from,
+                    Layout to);
+
+}  // namespace tokpos
