@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "tokpos/position_table.h"
+
 namespace tokpos {
 
 // cos(a, b) = a.b / (|a| |b|), in double. Defined as 0 when either row is all zeros.
@@ -33,6 +35,22 @@ struct WavelengthBand {
   int64_t last_pair = 0;
 };
 std::vector<WavelengthBand> wavelength_bands(std::span<const double> wavelengths);
+
+// How well PE(p + k) = R_k PE(p) holds, with R_k block-diagonal rotations,
+// one 2x2 rotation per sin/cos column pair of `layout` (pair columns of the
+// interleaved layout for learned tables). For each pair the best rotation in
+// the least-squares sense is fitted over all p in [0, L - k); the result is
+// the largest residual |PE(p+k) - R_k PE(p)| of any entry. A sinusoidal
+// table gives about float epsilon; an untrained learned table gives residuals
+// as large as its entries. Columns outside a pair (odd D) are not fitted.
+struct RelativeFit {
+  int64_t offset = 0;
+  int64_t pairs = 0;           // column pairs fitted
+  double max_residual = 0;     // largest |residual| of any fitted entry
+  double relative = 0;         // max_residual / largest |entry| of the fitted columns
+};
+RelativeFit relative_position_fit(std::span<const float> table, int64_t L, int64_t D, int64_t k,
+                                  Layout layout = Layout::kInterleaved);
 
 struct Summary {
   int64_t count = 0;

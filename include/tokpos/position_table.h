@@ -39,6 +39,13 @@ size_t dtype_size(DType dtype);                                  // 4 or 2
 
 // Number of sin/cos frequency pairs of the layout at width D.
 int64_t num_frequency_pairs(Layout layout, int64_t D);
+// The columns of each pair that has both halves, in pair order.
+struct PairColumns {
+  int64_t sin_col;
+  int64_t cos_col;
+};
+std::vector<PairColumns> pair_columns(Layout layout, int64_t D);
+
 // Frequency of pair k in radians per position (exact value rounded to double).
 double frequency(int64_t k, int64_t D, const TableOptions& options);
 

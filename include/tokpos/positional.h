@@ -1,16 +1,19 @@
 // tokpos/positional.h: position tables, learned and sinusoidal.
 //
 // Both are (L, D) tables read by position: row p is the vector added at
-// position p. Positions past the table are an error that names T, the start
-// offset and L. Tables are never resized inside forward, so concurrent
-// readers are safe.
+// position p. What happens to positions past the table is a per-module policy
+// (BeyondTable); the default is an error that names T, the start offset and L.
+// Tables are immutable after construction, never resized inside forward, so
+// concurrent readers are safe; rows a policy computes live only in the call.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
+#include <optional>
 #include <vector>
 
+#include "tokpos/position_table.h"
 #include "tokpos/sinusoidal.h"
 
 namespace tokpos {
@@ -22,6 +25,16 @@ struct PositionSpec {
   int64_t start = 0;
   std::span<const int64_t> ids = {};
 };
+
+// Positions at or past max_context L.
+enum class BeyondTable {
+  kError,        // fail, naming T, start and L (the default, and the seed's behaviour)
+  kExtend,       // sinusoidal only: compute the rows from the formula (exactly as a larger table)
+  kClamp,        // learned only: read the last row, L - 1
+  kInterpolate,  // learned only: Position Interpolation, p -> p (L-1)/(L'-1) over an extended context
+                 // L' = interpolate_to, mixing rows floor and ceil linearly; positions >= L' fail
+};
+const char* beyond_table_name(BeyondTable policy);
 
 class PositionalEmbedding {
  public:
@@ -45,11 +58,21 @@ class PositionalEmbedding {
   void forward(std::span<float> out, int64_t T, int64_t start = 0) const;
   std::vector<float> forward(int64_t T, int64_t start = 0) const;
 
-  // Throws Error(kPositionOutOfRange) if a position of a (B, T) batch falls outside [0, L).
+  BeyondTable beyond() const { return beyond_; }
+
+  // Throws Error(kPositionOutOfRange) if a position of a (B, T) batch is not
+  // allowed under the module's policy (under kError: outside [0, L)).
   void check_positions(int64_t B, int64_t T, const PositionSpec& positions, const char* where) const;
-  // The table row of every (b, t), after check_positions: (B*T) values.
+  // The position of every (b, t): (B*T) values, after check_positions.
   std::vector<int64_t> resolve_positions(int64_t B, int64_t T, const PositionSpec& positions,
                                          const char* where) const;
+
+  // True if positions in [lo, hi) cannot be read straight from the table
+  // under the policy (past L, or interpolated), so rows_for must compute them.
+  virtual bool needs_rows(int64_t lo, int64_t hi) const;
+  // The rows for the given positions, in order: (positions.size(), D). The
+  // table itself is never changed.
+  virtual std::vector<float> rows_for(std::span<const int64_t> positions) const;
 
   // grad[pos(b, t)] += d_out[b, t] for a (B, T, D) d_out. Accumulates (+=).
   // A no-op for tables without a gradient. Deterministic for any thread count.
@@ -57,16 +80,21 @@ class PositionalEmbedding {
                         const PositionSpec& positions = {}) = 0;
 
  protected:
-  PositionalEmbedding(int64_t L, int64_t D, const char* what);
+  PositionalEmbedding(int64_t L, int64_t D, BeyondTable beyond, const char* what);
+  // Largest position the policy accepts, plus one.
+  virtual int64_t position_limit() const;
   int64_t L_ = 0, D_ = 0;
+  BeyondTable beyond_ = BeyondTable::kError;
   std::vector<float> table_;
 };
 
 struct LearnedPositionalOptions {
-  int64_t max_context = 0;  // L, >= 1
-  int64_t dim = 0;          // D, >= 1
-  uint64_t seed = 0;        // init: Philox stream kPositionTableStream (random.h)
-  double init_std = 0.02;   // init: N(0, init_std^2)
+  int64_t max_context = 0;                  // L, >= 1
+  int64_t dim = 0;                          // D, >= 1
+  uint64_t seed = 0;                        // init: Philox stream kPositionTableStream (random.h)
+  double init_std = 0.02;                   // init: N(0, init_std^2)
+  BeyondTable beyond = BeyondTable::kError; // kError, kClamp or kInterpolate
+  int64_t interpolate_to = 0;               // L' >= L, required by kInterpolate
 };
 
 class LearnedPositionalEmbedding final : public PositionalEmbedding {
@@ -85,14 +113,26 @@ class LearnedPositionalEmbedding final : public PositionalEmbedding {
   void backward(std::span<const float> d_out, int64_t B, int64_t T,
                 const PositionSpec& positions = {}) override;
 
+  bool needs_rows(int64_t lo, int64_t hi) const override;
+  std::vector<float> rows_for(std::span<const int64_t> positions) const override;
+  int64_t interpolate_to() const { return interpolate_to_; }
+
  private:
+  int64_t position_limit() const override;
+  // Position Interpolation: the two rows and weights position p reads.
+  void interpolation(int64_t p, int64_t* i0, int64_t* i1, double* w1) const;
   std::vector<float> grad_;
+  int64_t interpolate_to_ = 0;
 };
 
 struct SinusoidalOptions {
-  int64_t max_context = 0;     // L, >= 1
-  int64_t dim = 0;             // D, >= 1; odd D ends in a lone sin column
-  double base = kDefaultBase;  // > 0 and finite
+  int64_t max_context = 0;                   // L, >= 1
+  int64_t dim = 0;                           // D, >= 1; odd D ends in a lone sin column
+  double base = kDefaultBase;                // > 0 and finite
+  Layout layout = Layout::kInterleaved;      // any published layout (position_table.h)
+  double min_timescale = 1.0;                // tensor2tensor layout only
+  std::optional<int64_t> padding_idx = {};   // fairseq layout only: that row is zero
+  BeyondTable beyond = BeyondTable::kError;  // kError or kExtend
 };
 
 class SinusoidalPositionalEmbedding final : public PositionalEmbedding {
@@ -103,12 +143,17 @@ class SinusoidalPositionalEmbedding final : public PositionalEmbedding {
   const char* kind() const override { return "sinusoidal"; }
   int64_t num_parameters() const override { return 0; }
   bool has_gradient() const override { return false; }
-  double base() const { return base_; }
+  double base() const { return options_.base; }
+  const TableOptions& table_options() const { return options_; }
 
   void backward(std::span<const float>, int64_t, int64_t, const PositionSpec& = {}) override {}
+  std::vector<float> rows_for(std::span<const int64_t> positions) const override;
+
+  // A new module with a larger (or smaller) table of L rows, same formula.
+  SinusoidalPositionalEmbedding extended(int64_t L) const;
 
  private:
-  double base_;
+  TableOptions options_;
 };
 
 }  // namespace tokpos

@@ -1,5 +1,7 @@
 #include "tokpos/composer.h"
 
+#include <algorithm>
+
 #include "common/check.h"
 #include "kernels/kernels.h"
 
@@ -23,11 +25,42 @@ void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t
   position_->check_positions(B, T, o.positions, kWhere);
   const int64_t D = token_.dim();
   detail::check_size(kWhere, "out", out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D));
+  if (B == 0 || T == 0) return;
   const IdPolicy& policy = o.id_policy ? *o.id_policy : token_.id_policy();
-  kernels::active_kernels().compose_forward(out.data(), ids.data(), token_.table().data(),
-                                            token_.vocab_size(), policy.unk_id, position_->table().data(),
-                                            o.positions.ids.empty() ? nullptr : o.positions.ids.data(),
-                                            o.positions.start, B, T, D);
+  const auto& kernel = kernels::active_kernels().compose_forward;
+  const int64_t* pos_ids = o.positions.ids.empty() ? nullptr : o.positions.ids.data();
+
+  int64_t lo = o.positions.start, hi = o.positions.start + T;
+  if (pos_ids != nullptr) {
+    const auto [mn, mx] = std::minmax_element(o.positions.ids.begin(), o.positions.ids.end());
+    lo = *mn;
+    hi = *mx + 1;
+  }
+  if (!position_->needs_rows(lo, hi)) {  // the common case: rows straight from the table
+    kernel(out.data(), ids.data(), token_.table().data(), token_.vocab_size(), policy.unk_id,
+           position_->table().data(), pos_ids, o.positions.start, B, T, D);
+    return;
+  }
+  // A policy computes some rows (extend, clamp, interpolate): build just the
+  // rows this call reads, never touching the table, then the same fused pass.
+  if (pos_ids == nullptr) {
+    std::vector<int64_t> positions(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) positions[t] = o.positions.start + t;
+    const auto rows = position_->rows_for(positions);
+    kernel(out.data(), ids.data(), token_.table().data(), token_.vocab_size(), policy.unk_id, rows.data(),
+           nullptr, 0, B, T, D);
+    return;
+  }
+  std::vector<int64_t> unique(o.positions.ids.begin(), o.positions.ids.end());
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  std::vector<int64_t> remapped(o.positions.ids.size());
+  for (size_t n = 0; n < remapped.size(); ++n) {
+    remapped[n] = std::lower_bound(unique.begin(), unique.end(), o.positions.ids[n]) - unique.begin();
+  }
+  const auto rows = position_->rows_for(unique);
+  kernel(out.data(), ids.data(), token_.table().data(), token_.vocab_size(), policy.unk_id, rows.data(),
+         remapped.data(), 0, B, T, D);
 }
 
 std::vector<float> EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t T,

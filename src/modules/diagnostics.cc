@@ -83,6 +83,38 @@ std::vector<WavelengthBand> wavelength_bands(std::span<const double> wavelengths
   return bands;
 }
 
+RelativeFit relative_position_fit(std::span<const float> table, int64_t L, int64_t D, int64_t k,
+                                  Layout layout) {
+  constexpr const char* kWhere = "relative_position_fit";
+  check_table(kWhere, table, L, D);
+  if (k < 0 || k >= L) {
+    detail::fail(Status::kInvalidArgument, kWhere, "offset k = ", k, " is outside [0, L) with L = ", L);
+  }
+  RelativeFit fit{.offset = k};
+  double largest = 0;
+  for (const PairColumns& pc : pair_columns(layout, D)) {
+    // Best rotation: phi = atan2(sum v x u, sum v . u) over u = PE(p), v = PE(p+k).
+    double dot = 0, cross = 0;
+    for (int64_t p = 0; p + k < L; ++p) {
+      const double u1 = table[p * D + pc.sin_col], u2 = table[p * D + pc.cos_col];
+      const double v1 = table[(p + k) * D + pc.sin_col], v2 = table[(p + k) * D + pc.cos_col];
+      dot += v1 * u1 + v2 * u2;
+      cross += v1 * u2 - v2 * u1;
+    }
+    const double phi = std::atan2(cross, dot), c = std::cos(phi), s = std::sin(phi);
+    for (int64_t p = 0; p + k < L; ++p) {
+      const double u1 = table[p * D + pc.sin_col], u2 = table[p * D + pc.cos_col];
+      const double v1 = table[(p + k) * D + pc.sin_col], v2 = table[(p + k) * D + pc.cos_col];
+      fit.max_residual = std::max({fit.max_residual, std::abs(v1 - (c * u1 + s * u2)),
+                                   std::abs(v2 - (c * u2 - s * u1))});
+      largest = std::max({largest, std::abs(u1), std::abs(u2), std::abs(v1), std::abs(v2)});
+    }
+    ++fit.pairs;
+  }
+  fit.relative = largest > 0 ? fit.max_residual / largest : 0.0;
+  return fit;
+}
+
 Summary summarize(std::span<const double> values) {
   Summary s;
   if (values.empty()) return s;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/check.h"
 #include "common/validate.h"
@@ -10,27 +11,54 @@
 
 namespace tokpos {
 
-PositionalEmbedding::PositionalEmbedding(int64_t L, int64_t D, const char* what) : L_(L), D_(D) {
+const char* beyond_table_name(BeyondTable policy) {
+  switch (policy) {
+    case BeyondTable::kError: return "error";
+    case BeyondTable::kExtend: return "extend";
+    case BeyondTable::kClamp: return "clamp";
+    case BeyondTable::kInterpolate: return "interpolate";
+  }
+  return "unknown";
+}
+
+PositionalEmbedding::PositionalEmbedding(int64_t L, int64_t D, BeyondTable beyond, const char* what)
+    : L_(L), D_(D), beyond_(beyond) {
   detail::check_at_least(what, "max_context", L, 1);
   detail::check_at_least(what, "dim", D, 1);
-  table_ =
-      detail::make_buffer<float>(what, "position table", detail::checked_mul(what, "max_context*dim", L, D));
+  table_ = detail::make_buffer<float>(what, "position table",
+                                      detail::checked_mul(what, "max_context*dim", L, D));
 }
+
+int64_t PositionalEmbedding::position_limit() const { return L_; }
 
 void PositionalEmbedding::check_positions(int64_t B, int64_t T, const PositionSpec& positions,
                                           const char* where) const {
   detail::check_at_least(where, "B", B, 0);
   detail::check_at_least(where, "T", T, 0);
+  const int64_t limit = position_limit();
   if (!positions.ids.empty()) {
     detail::check_size(where, "position_ids", positions.ids.size(), detail::checked_mul(where, "B*T", B, T));
-    detail::check_position_ids(where, positions.ids.data(), B, T, L_);
+    if (beyond_ == BeyondTable::kError) return detail::check_position_ids(where, positions.ids.data(), B, T, L_);
+    for (size_t n = 0; n < positions.ids.size(); ++n) {
+      const int64_t p = positions.ids[n];
+      if (p < 0 || p >= limit) {
+        detail::fail(Status::kPositionOutOfRange, where, "position id ", p, " at (b=", static_cast<int64_t>(n) / T,
+                     ", t=", static_cast<int64_t>(n) % T, ") is outside [0, ", limit, ") under the ",
+                     beyond_table_name(beyond_), " policy (max_context L = ", L_, ")");
+      }
+    }
     return;
   }
-  detail::check_position_range(where, B, T, positions.start, L_);
+  if (beyond_ == BeyondTable::kError) return detail::check_position_range(where, B, T, positions.start, L_);
+  detail::check_at_least(where, "start", positions.start, 0);
+  if (B > 0 && T > 0 && (positions.start >= limit || T > limit - positions.start)) {
+    detail::fail(Status::kPositionOutOfRange, where, "positions start + T = ", positions.start, " + ", T,
+                 " exceed ", limit, " under the ", beyond_table_name(beyond_), " policy (T = ", T,
+                 ", max_context L = ", L_, ")");
+  }
 }
 
-std::vector<int64_t> PositionalEmbedding::resolve_positions(int64_t B, int64_t T,
-                                                            const PositionSpec& positions,
+std::vector<int64_t> PositionalEmbedding::resolve_positions(int64_t B, int64_t T, const PositionSpec& positions,
                                                             const char* where) const {
   check_positions(B, T, positions, where);
   if (!positions.ids.empty()) return {positions.ids.begin(), positions.ids.end()};
@@ -39,12 +67,32 @@ std::vector<int64_t> PositionalEmbedding::resolve_positions(int64_t B, int64_t T
   return rows;
 }
 
+bool PositionalEmbedding::needs_rows(int64_t /*lo*/, int64_t hi) const { return hi > L_; }
+
+std::vector<float> PositionalEmbedding::rows_for(std::span<const int64_t> positions) const {
+  // kClamp (and the in-table case): copies of rows min(p, L - 1).
+  auto out = detail::make_buffer<float>("PositionalEmbedding::rows_for", "rows",
+                                        static_cast<int64_t>(positions.size()) * D_);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    const int64_t p = std::min(positions[r], L_ - 1);
+    std::copy_n(table_.begin() + p * D_, D_, out.begin() + static_cast<int64_t>(r) * D_);
+  }
+  return out;
+}
+
 void PositionalEmbedding::forward(std::span<float> out, int64_t T, int64_t start) const {
   constexpr const char* kWhere = "PositionalEmbedding::forward";
   check_positions(1, T, {.start = start}, kWhere);
   detail::check_size(kWhere, "out", out.size(), detail::checked_mul(kWhere, "T*D", T, D_));
   if (T == 0) return;
-  std::copy_n(table_.begin() + start * D_, T * D_, out.begin());
+  if (!needs_rows(start, start + T)) {
+    std::copy_n(table_.begin() + start * D_, T * D_, out.begin());
+    return;
+  }
+  std::vector<int64_t> positions(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) positions[t] = start + t;
+  const auto rows = rows_for(positions);
+  std::copy(rows.begin(), rows.end(), out.begin());
 }
 
 std::vector<float> PositionalEmbedding::forward(int64_t T, int64_t start) const {
@@ -55,38 +103,136 @@ std::vector<float> PositionalEmbedding::forward(int64_t T, int64_t start) const 
   return out;
 }
 
+// ---- learned ----------------------------------------------------------------
+
 LearnedPositionalEmbedding::LearnedPositionalEmbedding(const LearnedPositionalOptions& o)
-    : PositionalEmbedding(o.max_context, o.dim, "LearnedPositionalEmbedding") {
+    : PositionalEmbedding(o.max_context, o.dim, o.beyond, "LearnedPositionalEmbedding"),
+      interpolate_to_(o.interpolate_to) {
+  constexpr const char* kWhere = "LearnedPositionalEmbedding";
   if (!(o.init_std >= 0.0) || !std::isfinite(o.init_std)) {
-    detail::fail(Status::kInvalidArgument, "LearnedPositionalEmbedding", "init_std = ", o.init_std,
-                 " must be finite and >= 0");
+    detail::fail(Status::kInvalidArgument, kWhere, "init_std = ", o.init_std, " must be finite and >= 0");
+  }
+  if (o.beyond == BeyondTable::kExtend) {
+    detail::fail(Status::kInvalidArgument, kWhere,
+                 "the extend policy needs a formula; a learned table supports error, clamp or interpolate");
+  }
+  if (o.beyond == BeyondTable::kInterpolate && o.interpolate_to < o.max_context) {
+    detail::fail(Status::kInvalidArgument, kWhere, "interpolate_to = ", o.interpolate_to,
+                 " must be >= max_context L = ", o.max_context, " for the interpolate policy");
   }
   fill_normal(table_, o.seed, kPositionTableStream, 0.0, o.init_std);
 }
 
-std::span<float> LearnedPositionalEmbedding::ensure_grad() {
-  if (grad_.empty()) {
-    grad_ = detail::make_buffer<float>("LearnedPositionalEmbedding", "gradient", L_ * D_);
+int64_t LearnedPositionalEmbedding::position_limit() const {
+  switch (beyond_) {
+    case BeyondTable::kClamp: return std::numeric_limits<int64_t>::max();
+    case BeyondTable::kInterpolate: return interpolate_to_;
+    default: return L_;
   }
+}
+
+void LearnedPositionalEmbedding::interpolation(int64_t p, int64_t* i0, int64_t* i1, double* w1) const {
+  // p' = p (L - 1) / (L' - 1): position 0 stays at row 0, L' - 1 lands on row L - 1.
+  const double scaled = interpolate_to_ > 1 ? static_cast<double>(p) * static_cast<double>(L_ - 1) /
+                                                  static_cast<double>(interpolate_to_ - 1)
+                                            : 0.0;
+  *i0 = std::min(static_cast<int64_t>(std::floor(scaled)), L_ - 1);
+  *i1 = std::min(*i0 + 1, L_ - 1);
+  *w1 = scaled - static_cast<double>(*i0);
+}
+
+bool LearnedPositionalEmbedding::needs_rows(int64_t lo, int64_t hi) const {
+  if (beyond_ == BeyondTable::kInterpolate) return interpolate_to_ != L_;
+  return PositionalEmbedding::needs_rows(lo, hi);
+}
+
+std::vector<float> LearnedPositionalEmbedding::rows_for(std::span<const int64_t> positions) const {
+  if (beyond_ != BeyondTable::kInterpolate) return PositionalEmbedding::rows_for(positions);
+  auto out = detail::make_buffer<float>("LearnedPositionalEmbedding::rows_for", "rows",
+                                        static_cast<int64_t>(positions.size()) * D_);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    int64_t i0, i1;
+    double w1;
+    interpolation(positions[r], &i0, &i1, &w1);
+    for (int64_t d = 0; d < D_; ++d) {
+      out[r * D_ + d] = static_cast<float>((1.0 - w1) * table_[i0 * D_ + d] + w1 * table_[i1 * D_ + d]);
+    }
+  }
+  return out;
+}
+
+std::span<float> LearnedPositionalEmbedding::ensure_grad() {
+  if (grad_.empty()) grad_ = detail::make_buffer<float>("LearnedPositionalEmbedding", "gradient", L_ * D_);
   return grad_;
 }
 
-void LearnedPositionalEmbedding::zero_grad() {
-  std::fill(grad_.begin(), grad_.end(), 0.0f);
-}
+void LearnedPositionalEmbedding::zero_grad() { std::fill(grad_.begin(), grad_.end(), 0.0f); }
 
 void LearnedPositionalEmbedding::backward(std::span<const float> d_out, int64_t B, int64_t T,
                                           const PositionSpec& positions) {
   constexpr const char* kWhere = "LearnedPositionalEmbedding::backward";
-  const auto rows = resolve_positions(B, T, positions, kWhere);
+  auto rows = resolve_positions(B, T, positions, kWhere);
   detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
   ensure_grad();
+  if (beyond_ == BeyondTable::kInterpolate && interpolate_to_ != L_) {
+    // Each position feeds two rows with weights (1 - w1, w1). One pass in
+    // (b, t) order, single-threaded: deterministic for any thread count.
+    for (int64_t n = 0; n < B * T; ++n) {
+      int64_t i0, i1;
+      double w1;
+      interpolation(rows[n], &i0, &i1, &w1);
+      const float a = static_cast<float>(1.0 - w1), b = static_cast<float>(w1);
+      for (int64_t d = 0; d < D_; ++d) {
+        grad_[i0 * D_ + d] += a * d_out[n * D_ + d];
+        grad_[i1 * D_ + d] += b * d_out[n * D_ + d];
+      }
+    }
+    return;
+  }
+  if (beyond_ == BeyondTable::kClamp) {
+    for (auto& r : rows) r = std::min(r, L_ - 1);
+  }
   kernels::active_kernels().index_add_rows(grad_.data(), d_out.data(), rows.data(), B * T, L_, D_);
 }
 
+// ---- sinusoidal -------------------------------------------------------------
+
 SinusoidalPositionalEmbedding::SinusoidalPositionalEmbedding(const SinusoidalOptions& o)
-    : PositionalEmbedding(o.max_context, o.dim, "SinusoidalPositionalEmbedding"), base_(o.base) {
-  sinusoidal_table(table_, L_, D_, base_);
+    : PositionalEmbedding(o.max_context, o.dim, o.beyond, "SinusoidalPositionalEmbedding"),
+      options_{.layout = o.layout, .base = o.base, .min_timescale = o.min_timescale, .padding_idx = o.padding_idx} {
+  if (o.beyond == BeyondTable::kClamp || o.beyond == BeyondTable::kInterpolate) {
+    detail::fail(Status::kInvalidArgument, "SinusoidalPositionalEmbedding", "the ", beyond_table_name(o.beyond),
+                 " policy is for learned tables; a sinusoidal table supports error or extend");
+  }
+  if (o.layout == Layout::kInterleaved) {
+    sinusoidal_table(table_, L_, D_, o.base);  // checks base with the seed-facing message
+  } else {
+    position_table(table_.data(), DType::kF32, L_, D_, 0, options_);
+  }
+}
+
+std::vector<float> SinusoidalPositionalEmbedding::rows_for(std::span<const int64_t> positions) const {
+  // Each row straight from the exact generator: the same bits a larger table would hold.
+  auto out = detail::make_buffer<float>("SinusoidalPositionalEmbedding::rows_for", "rows",
+                                        static_cast<int64_t>(positions.size()) * D_);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    if (positions[r] < L_) {
+      std::copy_n(table_.begin() + positions[r] * D_, D_, out.begin() + static_cast<int64_t>(r) * D_);
+    } else {
+      position_table(out.data() + r * D_, DType::kF32, 1, D_, positions[r], options_);
+    }
+  }
+  return out;
+}
+
+SinusoidalPositionalEmbedding SinusoidalPositionalEmbedding::extended(int64_t L) const {
+  return SinusoidalPositionalEmbedding({.max_context = L,
+                                        .dim = D_,
+                                        .base = options_.base,
+                                        .layout = options_.layout,
+                                        .min_timescale = options_.min_timescale,
+                                        .padding_idx = options_.padding_idx,
+                                        .beyond = beyond_});
 }
 
 }  // namespace tokpos

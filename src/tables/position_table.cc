@@ -346,6 +346,16 @@ int64_t num_frequency_pairs(Layout layout, int64_t D) {
   return (layout == Layout::kInterleaved || layout == Layout::kHalves) ? (D + 1) / 2 : D / 2;
 }
 
+std::vector<PairColumns> pair_columns(Layout layout, int64_t D) {
+  detail::check_at_least("pair_columns", "D", D, 1);
+  const LayoutPlan plan = make_columns(D, {.layout = layout});
+  std::vector<PairColumns> out;
+  for (size_t k = 0; k < plan.sin_col.size(); ++k) {
+    if (plan.sin_col[k] >= 0 && plan.cos_col[k] >= 0) out.push_back({plan.sin_col[k], plan.cos_col[k]});
+  }
+  return out;
+}
+
 double frequency(int64_t k, int64_t D, const TableOptions& o) {
   constexpr const char* kWhere = "frequency";
   check_options(kWhere, D, o);

@@ -1,0 +1,137 @@
+#include "tokpos/npy.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/check.h"
+
+namespace tokpos {
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+
+size_t item_size(const char* where, const std::string& descr) {
+  if (descr == "<f4" || descr == "<i4" || descr == "<u4") return 4;
+  if (descr == "<f2" || descr == "<u2" || descr == "<i2") return 2;
+  if (descr == "<f8" || descr == "<i8" || descr == "<u8") return 8;
+  if (descr == "|u1" || descr == "|i1") return 1;
+  detail::fail(Status::kInvalidArgument, where, "unsupported dtype descr '", descr, "'");
+}
+
+std::string os_error(int err) { return std::strerror(err); }
+
+}  // namespace
+
+void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
+               const void* data, size_t bytes) {
+  constexpr const char* kWhere = "write_npy";
+  int64_t count = 1;
+  for (int64_t s : shape) {
+    detail::check_at_least(kWhere, "shape entry", s, 0);
+    count = detail::checked_mul(kWhere, "element count", count, s);
+  }
+  if (static_cast<uint64_t>(count) * item_size(kWhere, descr) != bytes) {
+    detail::fail(Status::kShapeMismatch, kWhere, path, ": ", bytes, " bytes do not match shape and dtype ",
+                 descr);
+  }
+  std::ostringstream dict;
+  dict << "{'descr': '" << descr << "', 'fortran_order': False, 'shape': (";
+  for (size_t i = 0; i < shape.size(); ++i) dict << shape[i] << (shape.size() == 1 || i + 1 < shape.size() ? ", " : "");
+  dict << "), }";
+  std::string header = dict.str();
+  // Pad with spaces so that magic(6) + version(2) + length(2) + header ends on a 64-byte boundary.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header.push_back('\n');
+  if (header.size() > 65535) detail::fail(Status::kInvalidArgument, kWhere, path, ": header too long");
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) detail::fail(Status::kInvalidArgument, kWhere, "cannot create ", tmp, ": ", os_error(errno));
+  auto write_all = [&](const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t w = ::write(fd, c, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+    return true;
+  };
+  const uint8_t version[2] = {1, 0};
+  const uint8_t len[2] = {static_cast<uint8_t>(header.size() & 0xff), static_cast<uint8_t>(header.size() >> 8)};
+  const bool ok = write_all(kMagic, 6) && write_all(version, 2) && write_all(len, 2) &&
+                  write_all(header.data(), header.size()) && write_all(data, bytes) && ::fsync(fd) == 0;
+  const int err = errno;
+  if (::close(fd) != 0 || !ok) {
+    ::unlink(tmp.c_str());
+    detail::fail(Status::kInvalidArgument, kWhere, "cannot write ", path, ": ", os_error(ok ? errno : err),
+                 " (the previous file, if any, is unchanged)");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int rerr = errno;
+    ::unlink(tmp.c_str());
+    detail::fail(Status::kInvalidArgument, kWhere, "cannot rename ", tmp, " to ", path, ": ", os_error(rerr));
+  }
+}
+
+NpyArray read_npy(const std::string& path) {
+  constexpr const char* kWhere = "read_npy";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) detail::fail(Status::kInvalidArgument, kWhere, "cannot open ", path);
+  char magic[6];
+  uint8_t version[2], len[2];
+  if (!in.read(magic, 6) || std::memcmp(magic, kMagic, 6) != 0 || !in.read(reinterpret_cast<char*>(version), 2)) {
+    detail::fail(Status::kInvalidArgument, kWhere, path, ": not a .npy file");
+  }
+  size_t header_len = 0;
+  if (version[0] == 1) {
+    if (!in.read(reinterpret_cast<char*>(len), 2)) detail::fail(Status::kInvalidArgument, kWhere, path, ": truncated");
+    header_len = len[0] | (static_cast<size_t>(len[1]) << 8);
+  } else {
+    detail::fail(Status::kInvalidArgument, kWhere, path, ": .npy version ", int(version[0]), " is not supported");
+  }
+  std::string header(header_len, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(header_len))) {
+    detail::fail(Status::kInvalidArgument, kWhere, path, ": truncated header");
+  }
+  NpyArray a;
+  auto field = [&](const char* key) {
+    const size_t at = header.find(key);
+    if (at == std::string::npos) detail::fail(Status::kInvalidArgument, kWhere, path, ": header lacks ", key);
+    return at + std::strlen(key);
+  };
+  size_t at = header.find('\'', field("'descr':"));
+  const size_t end = header.find('\'', at + 1);
+  a.descr = header.substr(at + 1, end - at - 1);
+  if (header.find("True", field("'fortran_order':")) < header.find(',', field("'fortran_order':"))) {
+    detail::fail(Status::kInvalidArgument, kWhere, path, ": Fortran order is not supported");
+  }
+  at = header.find('(', field("'shape':"));
+  const size_t close = header.find(')', at);
+  std::istringstream dims(header.substr(at + 1, close - at - 1));
+  std::string tok;
+  int64_t count = 1;
+  while (std::getline(dims, tok, ',')) {
+    if (tok.find_first_not_of(" ") == std::string::npos) continue;
+    const int64_t d = std::stoll(tok);
+    detail::check_at_least(kWhere, "shape entry", d, 0);
+    a.shape.push_back(d);
+    count = detail::checked_mul(kWhere, "element count", count, d);
+  }
+  const size_t bytes = static_cast<size_t>(count) * item_size(kWhere, a.descr);
+  a.data.resize(bytes);
+  if (!in.read(reinterpret_cast<char*>(a.data.data()), static_cast<std::streamsize>(bytes))) {
+    detail::fail(Status::kInvalidArgument, kWhere, path, ": data is shorter than shape ", count, " x ",
+                 item_size(kWhere, a.descr), " bytes");
+  }
+  return a;
+}
+
+}  // namespace tokpos
