@@ -1,11 +1,13 @@
 // tokpos: the command-line tool. Subcommands:
 //   demo   the seed lesson's diagnostics on one piece of text
+//   table  an exact position table, in any published layout, as .npy
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <iostream>
 #include <limits>
 
 #include "demo.h"
+#include "table.h"
 #include "tokpos/error.h"
 #include "tokpos/tokpos.h"
 
@@ -34,6 +36,32 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   demo_cmd->add_flag("--json", demo.json, "Print one JSON object instead of the report");
 
+  tokpos::app::TableCommand table;
+  CLI::App* table_cmd = app.add_subcommand("table", "Write an exact sinusoidal position table as a .npy file");
+  table_cmd->add_option("--layout", table.layout, "interleaved|halves|fairseq|t2t|ggml")
+      ->check(CLI::IsMember({"interleaved", "halves", "fairseq", "t2t", "ggml"}))
+      ->capture_default_str();
+  table_cmd->add_option("--dim", table.dim, "Width D")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  table_cmd->add_option("--context", table.context, "Rows L")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 26));
+  table_cmd->add_option("--start", table.start, "First position P (rows are P .. P+L-1)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 52))
+      ->capture_default_str();
+  table_cmd->add_option("--base", table.base, "Base (t2t: max_timescale, ggml: max_period)")
+      ->check(CLI::Range(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()))
+      ->capture_default_str();
+  table_cmd->add_option("--min-timescale", table.min_timescale, "t2t only")
+      ->check(CLI::Range(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()))
+      ->capture_default_str();
+  table_cmd->add_option("--padding-idx", table.padding_idx, "fairseq only: this position's row is zero (-1: none)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 52))
+      ->capture_default_str();
+  table_cmd->add_option("--dtype", table.dtype, "f32|bf16|f16 (bf16 stored as uint16 bits)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
+  table_cmd->add_option("--out", table.out, "Output FILE.npy")->required();
+  table_cmd->add_option("--relative", table.relative, "Also report the relative-position fit at offset K")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 26));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -42,6 +70,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*demo_cmd) tokpos::app::run_demo(demo, std::cout);
+    if (*table_cmd) tokpos::app::run_table(table, std::cout);
   } catch (const tokpos::Error& e) {
     std::cerr << "tokpos: error: " << e.what() << "\n";
     return 1;

@@ -153,6 +153,7 @@ class SinusoidalPositionalEmbedding final : public PositionalEmbedding {
   SinusoidalPositionalEmbedding extended(int64_t L) const;
 
  private:
+  int64_t position_limit() const override;
   TableOptions options_;
 };
 

@@ -66,6 +66,30 @@ TOKPOS_API tokpos_status tokpos_embedding_forward(const int64_t* token_ids, int6
 /* out (max_context, dim): the interleaved sinusoidal table with the given base. */
 TOKPOS_API tokpos_status tokpos_sinusoidal_table(float* out, int64_t max_context, int64_t dim, double base);
 
+typedef enum tokpos_layout {
+  TOKPOS_LAYOUT_INTERLEAVED = 0, /* sin, cos, sin, cos, ...; w_k = base^(-2k/D) (the seeds, DistilBERT) */
+  TOKPOS_LAYOUT_HALVES = 1,      /* [sin | cos]; w_k = base^(-2k/D) (Marian) */
+  TOKPOS_LAYOUT_FAIRSEQ = 2,     /* [sin | cos | 0]; w_k = base^(-k/(D/2-1)); zero padding row */
+  TOKPOS_LAYOUT_T2T = 3,         /* [sin | cos | 0]; tensor2tensor timing signal, base = max_timescale */
+  TOKPOS_LAYOUT_GGML = 4         /* [cos | sin | 0]; ggml timestep embedding, base = max_period */
+} tokpos_layout;
+
+typedef enum tokpos_dtype {
+  TOKPOS_DTYPE_F32 = 0,  /* float */
+  TOKPOS_DTYPE_BF16 = 1, /* uint16_t bits of bfloat16 */
+  TOKPOS_DTYPE_F16 = 2   /* uint16_t bits of IEEE binary16 */
+} tokpos_dtype;
+
+/* out (max_context, dim) of dtype: row r encodes position start + r in the given
+ * layout. Every entry is the exact value correctly rounded to dtype
+ * (docs/precision.md). min_timescale is used by TOKPOS_LAYOUT_T2T only (1.0 is
+ * tensor2tensor's default); padding_idx by TOKPOS_LAYOUT_FAIRSEQ only (-1 for
+ * none; fairseq uses 1). With TOKPOS_LAYOUT_INTERLEAVED, TOKPOS_DTYPE_F32,
+ * start 0 it writes exactly what tokpos_sinusoidal_table writes. */
+TOKPOS_API tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t max_context,
+                                                    int64_t dim, int64_t start, tokpos_layout layout,
+                                                    double base, double min_timescale, int64_t padding_idx);
+
 /* out (B, T, D) = token_table[ids[b, t]] + pos_table[t]. One fused pass.
  * Fails, writing nothing, on an id outside [0, V) or T > L.
  * B = 0 or T = 0 writes nothing and succeeds. */

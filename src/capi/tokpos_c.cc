@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "tokpos/composer.h"
 #include "tokpos/error.h"
+#include "tokpos/position_table.h"
 #include "tokpos/positional.h"
 #include "tokpos/sinusoidal.h"
 #include "tokpos/threading.h"
@@ -44,6 +45,9 @@ using tokpos::detail::checked_mul3;
 using tokpos::detail::fail;
 
 static_assert(static_cast<int>(Status::kInternal) == TOKPOS_INTERNAL);
+static_assert(static_cast<int>(tokpos::Layout::kGgml) == TOKPOS_LAYOUT_GGML);
+static_assert(static_cast<int>(tokpos::Layout::kFairseq) == TOKPOS_LAYOUT_FAIRSEQ);
+static_assert(static_cast<int>(tokpos::DType::kF16) == TOKPOS_DTYPE_F16);
 static_assert(static_cast<int>(Status::kIdOutOfRange) == TOKPOS_ID_OUT_OF_RANGE);
 static_assert(static_cast<int>(Status::kPositionOutOfRange) == TOKPOS_POSITION_OUT_OF_RANGE);
 
@@ -171,6 +175,31 @@ tokpos_status tokpos_sinusoidal_table(float* out, int64_t max_context, int64_t d
     check_at_least(fn, "dim", dim, 1);
     auto dst = span_of(fn, "out", out, checked_mul(fn, "max_context*dim", max_context, dim));
     tokpos::sinusoidal_table(dst, max_context, dim, base, 0);
+  });
+}
+
+tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t max_context, int64_t dim,
+                                         int64_t start, tokpos_layout layout, double base, double min_timescale,
+                                         int64_t padding_idx) {
+  constexpr const char* fn = "tokpos_sinusoidal_table_ex";
+  return guard(fn, [&] {
+    check_at_least(fn, "max_context", max_context, 1);
+    check_at_least(fn, "dim", dim, 1);
+    check_at_least(fn, "start", start, 0);
+    if (layout < TOKPOS_LAYOUT_INTERLEAVED || layout > TOKPOS_LAYOUT_GGML) {
+      fail(Status::kInvalidArgument, fn, "layout ", static_cast<int>(layout), " is outside [0, 4]");
+    }
+    if (dtype < TOKPOS_DTYPE_F32 || dtype > TOKPOS_DTYPE_F16) {
+      fail(Status::kInvalidArgument, fn, "dtype ", static_cast<int>(dtype), " is outside [0, 2]");
+    }
+    if (padding_idx < -1) fail(Status::kInvalidArgument, fn, "padding_idx ", padding_idx, " must be -1 (none) or >= 0");
+    checked_mul(fn, "max_context*dim", max_context, dim);
+    tokpos::detail::check_not_null(fn, "out", out);
+    tokpos::TableOptions o{.layout = static_cast<tokpos::Layout>(layout),
+                           .base = base,
+                           .min_timescale = min_timescale,
+                           .padding_idx = padding_idx < 0 ? std::nullopt : std::optional<int64_t>(padding_idx)};
+    tokpos::position_table(out, static_cast<tokpos::DType>(dtype), max_context, dim, start, o);
   });
 }
 

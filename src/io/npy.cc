@@ -52,7 +52,9 @@ void write_npy(const std::string& path, const std::string& descr, const std::vec
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) detail::fail(Status::kInvalidArgument, kWhere, "cannot create ", tmp, ": ", os_error(errno));
+  if (fd < 0) {
+    detail::fail(Status::kInvalidArgument, kWhere, "cannot write ", path, ": creating ", tmp, ": ", os_error(errno));
+  }
   auto write_all = [&](const void* p, size_t n) {
     const char* c = static_cast<const char*>(p);
     while (n > 0) {

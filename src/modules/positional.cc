@@ -211,6 +211,10 @@ SinusoidalPositionalEmbedding::SinusoidalPositionalEmbedding(const SinusoidalOpt
   }
 }
 
+int64_t SinusoidalPositionalEmbedding::position_limit() const {
+  return beyond_ == BeyondTable::kExtend ? int64_t{1} << 52 : L_;  // exact tables reach far past 2^32
+}
+
 std::vector<float> SinusoidalPositionalEmbedding::rows_for(std::span<const int64_t> positions) const {
   // Each row straight from the exact generator: the same bits a larger table would hold.
   auto out = detail::make_buffer<float>("SinusoidalPositionalEmbedding::rows_for", "rows",
