@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= ON
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo bench clean install
+.PHONY: all deps configure build test demo bench bench-deps clean install golden
 
 all: build
 
@@ -25,8 +25,18 @@ test: build
 demo: build
 	$(BUILD)/bin/tokpos demo
 
-bench: build
+# Microbenchmarks (GB/s), then the side-by-side runs against PyTorch, which
+# need torch and numpy from pip (installed here if missing).
+bench: build bench-deps
 	$(BUILD)/bin/tokpos_bench --benchmark_min_time=0.2
+	python3 bench/table_vs_torch.py
+
+bench-deps:
+	@python3 -c "import torch, numpy" 2>/dev/null || { echo "bench: installing torch and numpy with pip"; python3 -m pip install torch numpy; }
+
+# Regenerates tests/data/golden from each project's own formula (needs torch, numpy).
+golden: bench-deps
+	python3 tools/make_golden.py
 
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)

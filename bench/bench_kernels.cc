@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "tokpos/position_table.h"
 #include "tokpos/random.h"
 #include "tokpos/sinusoidal.h"
 #include "tokpos/threading.h"
@@ -106,6 +107,18 @@ void BM_SinusoidalTable(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * L * D);
 }
 
+// The exact generator (issue 3): an (L = 8192, D = 4096) table, bytes written.
+void BM_PositionTable(benchmark::State& state) {
+  set_threads(state);
+  const int64_t L = 8192, D = 4096;
+  std::vector<float> t(L * D);
+  for (auto _ : state) {
+    tokpos::position_table(t.data(), tokpos::DType::kF32, L, D, 0, {});
+    benchmark::DoNotOptimize(t.data());
+  }
+  state.SetBytesProcessed(state.iterations() * L * D * 4);
+}
+
 BENCHMARK_CAPTURE(BM_ComposeForward, reference, &tokpos::kernels::reference_kernels())
     ->Arg(1)
     ->Unit(benchmark::kMillisecond)
@@ -126,6 +139,7 @@ BENCHMARK_CAPTURE(BM_IndexAddRows, cpu, &tokpos::kernels::cpu_kernels())
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_SinusoidalTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_PositionTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -159,11 +159,28 @@ static void handle_checks(void) {
   tokpos_position_embedding_free(p);
 }
 
+static void table_ex_checks(void) {
+  float a[16 * 8], b[16 * 8];
+  unsigned short h[16 * 8];
+  CHECK("table_ex f32 interleaved = tokpos_sinusoidal_table",
+        tokpos_sinusoidal_table(a, 16, 8, 10000.0) == TOKPOS_OK &&
+            tokpos_sinusoidal_table_ex(b, TOKPOS_DTYPE_F32, 16, 8, 0, TOKPOS_LAYOUT_INTERLEAVED, 10000.0, 1.0, -1) ==
+                TOKPOS_OK &&
+            memcmp(a, b, sizeof a) == 0);
+  CHECK("table_ex f16 ggml", tokpos_sinusoidal_table_ex(h, TOKPOS_DTYPE_F16, 16, 8, 0, TOKPOS_LAYOUT_GGML, 10000.0,
+                                                        1.0, -1) == TOKPOS_OK &&
+                                 h[0] == 0x3c00 /* cos 0 = 1.0 in binary16 */ && h[4] == 0);
+  CHECK("table_ex rejects a bad dtype",
+        tokpos_sinusoidal_table_ex(h, (tokpos_dtype)7, 16, 8, 0, TOKPOS_LAYOUT_GGML, 1e4, 1.0, -1) ==
+            TOKPOS_INVALID_ARGUMENT);
+}
+
 int main(void) {
   fill_table();
   lab_checks();
   compose_checks();
   handle_checks();
+  table_ex_checks();
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -3,6 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+
+#include <cstring>
+#include <vector>
+
+#include "tokpos/npy.h"
+#include "tokpos/position_table.h"
+#include "tokpos/tokpos.h"
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -117,6 +124,69 @@ TEST(Cli, BadFlagsFailClearly) {
                         Case{"demo --bogus", "--bogus"}, Case{"", "subcommand"},
                         Case{"demo --vocab 100", "token id 105 at (b=0, t=1) is outside [0, 100)"},
                         Case{"demo --context 10", "T = 19 exceeds max_context L = 10"}}) {
+    const auto r = run(c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << " -> " << r.out;
+  }
+}
+
+TEST(Cli, DemoReportsTheRelativePositionFit) {
+  const auto j = run_json("");
+  const auto& s = j["relative_position_fit"]["sinusoidal"][0];
+  const auto& l = j["relative_position_fit"]["learned"][0];
+  EXPECT_EQ(s["k"], 1);
+  EXPECT_LT(s["max_residual"].get<double>(), 2e-7);  // float rounding only
+  EXPECT_GT(l["relative"].get<double>(), 0.3);       // random rows: no rotation fits
+  EXPECT_NE(run("demo").out.find("relative-position fit"), std::string::npos);
+}
+
+std::string scratch(const std::string& name) { return ::testing::TempDir() + name; }
+
+TEST(Cli, TableWritesTheLibrarysTable) {
+  const auto path = scratch("cli_table.npy");
+  const auto r = run("table --layout halves --dim 12 --context 20 --start 100 --base 500 --out " + path +
+                     " --relative 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("(20, 12) f32, halves layout, positions 100..119"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("relative-position fit PE(p+3)"), std::string::npos) << r.out;
+  const auto a = tokpos::read_npy(path);
+  EXPECT_EQ(a.descr, "<f4");
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{20, 12}));
+  const auto want = tokpos::position_table(20, 12, 100, {.layout = tokpos::Layout::kHalves, .base = 500});
+  ASSERT_EQ(a.data.size(), want.size() * 4);
+  EXPECT_EQ(std::memcmp(a.data.data(), want.data(), a.data.size()), 0);
+}
+
+TEST(Cli, TableDefaultsGiveTheSeedTableAndOtherDtypes) {
+  const auto path = scratch("cli_seed.npy");
+  ASSERT_EQ(run("table --dim 64 --context 128 --out " + path).status, 0);
+  std::vector<float> seed(128 * 64);
+  ASSERT_EQ(tokpos_sinusoidal_table(seed.data(), 128, 64, 10000.0), TOKPOS_OK);
+  const auto a = tokpos::read_npy(path);
+  EXPECT_EQ(std::memcmp(a.data.data(), seed.data(), seed.size() * 4), 0);
+  // Near 2^24 without building 2^24 rows; bf16 as uint16 bits, f16 as numpy float16.
+  const auto bf = scratch("cli_bf16.npy"), hf = scratch("cli_f16.npy");
+  ASSERT_EQ(run("table --layout ggml --dim 8 --context 4 --start 16777214 --dtype bf16 --out " + bf).status, 0);
+  ASSERT_EQ(run("table --layout fairseq --padding-idx 1 --dim 9 --context 4 --dtype f16 --out " + hf).status, 0);
+  EXPECT_EQ(tokpos::read_npy(bf).descr, "<u2");
+  EXPECT_EQ(tokpos::read_npy(hf).descr, "<f2");
+  std::vector<uint16_t> want(4 * 8);
+  tokpos::position_table(want.data(), tokpos::DType::kBF16, 4, 8, 16777214, {.layout = tokpos::Layout::kGgml});
+  EXPECT_EQ(std::memcmp(tokpos::read_npy(bf).data.data(), want.data(), want.size() * 2), 0);
+}
+
+TEST(Cli, TableRejectsBadArguments) {
+  struct Case {
+    std::string args;
+    const char* message;
+  };
+  for (const Case& c : {Case{"table --dim 8 --context 4 --out /nonexistent-dir/t.npy", "cannot write /nonexistent-dir/t.npy"},
+                        Case{"table --dim 8 --context 4 --out " + ::testing::TempDir(), "cannot"},
+                        Case{"table --dim 8 --context 4", "--out"},
+                        Case{"table --layout sideways --dim 8 --context 4 --out x.npy", "--layout"},
+                        Case{"table --dtype f64 --dim 8 --context 4 --out x.npy", "--dtype"},
+                        Case{"table --dim 0 --context 4 --out x.npy", "--dim"},
+                        Case{"table --padding-idx 1 --dim 8 --context 4 --out x.npy", "fairseq"}}) {
     const auto r = run(c.args);
     EXPECT_NE(r.status, 0) << c.args;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << " -> " << r.out;

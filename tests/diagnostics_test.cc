@@ -108,6 +108,27 @@ TEST(Diagnostics, SummaryStatistics) {
   EXPECT_EQ(tokpos::summarize({}).count, 0);
 }
 
+TEST(Diagnostics, RelativeFitIsTinyForSinusoidalAndLargeForLearned) {
+  const int64_t L = 200, D = 64;
+  for (auto layout : {tokpos::Layout::kInterleaved, tokpos::Layout::kHalves, tokpos::Layout::kFairseq,
+                      tokpos::Layout::kT2T, tokpos::Layout::kGgml}) {
+    const auto t = tokpos::position_table(L, D, 0, {.layout = layout});
+    for (int64_t k : {1, 5, 50}) {
+      const auto fit = tokpos::relative_position_fit(t, L, D, k, layout);
+      EXPECT_EQ(fit.pairs, 32);
+      EXPECT_LT(fit.max_residual, 4 * 1.2e-7) << tokpos::layout_name(layout) << " k=" << k;  // a few float ulps
+    }
+  }
+  tokpos::LearnedPositionalEmbedding l({.max_context = L, .dim = D, .seed = 1});
+  const auto fit = tokpos::relative_position_fit(l.table(), L, D, 1);
+  EXPECT_GT(fit.relative, 0.3);
+  EXPECT_GT(fit.max_residual, 0.01);
+  // The wrong pairing breaks the fit: a halves table read as interleaved.
+  const auto h = tokpos::position_table(L, D, 0, {.layout = tokpos::Layout::kHalves});
+  EXPECT_GT(tokpos::relative_position_fit(h, L, D, 1, tokpos::Layout::kInterleaved).max_residual, 1e-3);
+  EXPECT_THROW(tokpos::relative_position_fit(h, L, D, L, tokpos::Layout::kHalves), tokpos::Error);
+}
+
 TEST(Diagnostics, TableShapeIsChecked) {
   const std::vector<float> t(10);
   EXPECT_THROW(tokpos::adjacent_cosine(t, 3, 4), tokpos::Error);

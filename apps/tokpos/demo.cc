@@ -116,6 +116,15 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
           {"mean", s.mean}, {"std", s.stddev}, {"min", s.min}, {"max", s.max}};
       j["cosine_by_offset"][v.name] = v.by_offset;
     }
+    for (const auto& v : variants) {
+      const auto& t = v.composer.position().table();
+      for (int64_t k : {int64_t{1}, std::min<int64_t>(8, L - 1)}) {
+        if (k < 1 || k >= L) continue;
+        const auto fit = relative_position_fit(t, L, D, k);
+        j["relative_position_fit"][v.name].push_back(
+            {{"k", k}, {"max_residual", fit.max_residual}, {"relative", fit.relative}, {"pairs", fit.pairs}});
+      }
+    }
     j["wavelengths"] = wavelengths;
     for (const auto& b : bands) {
       j["wavelength_bands"].push_back({{"lower", b.lower},
@@ -171,6 +180,19 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
     out << name;
     for (int64_t k : offsets) out << fmt(" %+.3f", v.by_offset[static_cast<size_t>(k)]);
     out << "\n";
+  }
+
+  if (L > 1) {
+    const int64_t k = std::min<int64_t>(8, L - 1);
+    out << "  relative-position fit PE(p+k) = R_k PE(p), R_k one 2x2 rotation per sin/cos pair (largest residual):\n";
+    for (const auto& v : variants) {
+      const auto f1 = relative_position_fit(v.composer.position().table(), L, D, 1);
+      const auto fk = relative_position_fit(v.composer.position().table(), L, D, k);
+      char line[200];
+      std::snprintf(line, sizeof line, "  %-13s k = 1: %.2g (%.2g of the largest entry)   k = %lld: %.2g (%.2g)\n", v.name,
+                    f1.max_residual, f1.relative, static_cast<long long>(k), fk.max_residual, fk.relative);
+      out << line;
+    }
   }
 
   const int64_t pairs = static_cast<int64_t>(wavelengths.size());
