@@ -7,14 +7,14 @@
 #include <cstring>
 #include <vector>
 
-#include "tokpos/npy.h"
-#include "tokpos/position_table.h"
-#include "tokpos/tokpos.h"
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include "tokpos/npy.h"
+#include "tokpos/position_table.h"
+#include "tokpos/tokpos.h"
 
 namespace {
 
@@ -140,7 +140,9 @@ TEST(Cli, DemoReportsTheRelativePositionFit) {
   EXPECT_NE(run("demo").out.find("relative-position fit"), std::string::npos);
 }
 
-std::string scratch(const std::string& name) { return ::testing::TempDir() + name; }
+std::string scratch(const std::string& name) {
+  return ::testing::TempDir() + name;
+}
 
 TEST(Cli, TableWritesTheLibrarysTable) {
   const auto path = scratch("cli_table.npy");
@@ -166,12 +168,15 @@ TEST(Cli, TableDefaultsGiveTheSeedTableAndOtherDtypes) {
   EXPECT_EQ(std::memcmp(a.data.data(), seed.data(), seed.size() * 4), 0);
   // Near 2^24 without building 2^24 rows; bf16 as uint16 bits, f16 as numpy float16.
   const auto bf = scratch("cli_bf16.npy"), hf = scratch("cli_f16.npy");
-  ASSERT_EQ(run("table --layout ggml --dim 8 --context 4 --start 16777214 --dtype bf16 --out " + bf).status, 0);
-  ASSERT_EQ(run("table --layout fairseq --padding-idx 1 --dim 9 --context 4 --dtype f16 --out " + hf).status, 0);
+  ASSERT_EQ(run("table --layout ggml --dim 8 --context 4 --start 16777214 --dtype bf16 --out " + bf).status,
+            0);
+  ASSERT_EQ(run("table --layout fairseq --padding-idx 1 --dim 9 --context 4 --dtype f16 --out " + hf).status,
+            0);
   EXPECT_EQ(tokpos::read_npy(bf).descr, "<u2");
   EXPECT_EQ(tokpos::read_npy(hf).descr, "<f2");
   std::vector<uint16_t> want(4 * 8);
-  tokpos::position_table(want.data(), tokpos::DType::kBF16, 4, 8, 16777214, {.layout = tokpos::Layout::kGgml});
+  tokpos::position_table(want.data(), tokpos::DType::kBF16, 4, 8, 16777214,
+                         {.layout = tokpos::Layout::kGgml});
   EXPECT_EQ(std::memcmp(tokpos::read_npy(bf).data.data(), want.data(), want.size() * 2), 0);
 }
 
@@ -180,13 +185,14 @@ TEST(Cli, TableRejectsBadArguments) {
     std::string args;
     const char* message;
   };
-  for (const Case& c : {Case{"table --dim 8 --context 4 --out /nonexistent-dir/t.npy", "cannot write /nonexistent-dir/t.npy"},
-                        Case{"table --dim 8 --context 4 --out " + ::testing::TempDir(), "cannot"},
-                        Case{"table --dim 8 --context 4", "--out"},
-                        Case{"table --layout sideways --dim 8 --context 4 --out x.npy", "--layout"},
-                        Case{"table --dtype f64 --dim 8 --context 4 --out x.npy", "--dtype"},
-                        Case{"table --dim 0 --context 4 --out x.npy", "--dim"},
-                        Case{"table --padding-idx 1 --dim 8 --context 4 --out x.npy", "fairseq"}}) {
+  for (const Case& c :
+       {Case{"table --dim 8 --context 4 --out /nonexistent-dir/t.npy", "cannot write /nonexistent-dir/t.npy"},
+        Case{"table --dim 8 --context 4 --out " + ::testing::TempDir(), "cannot"},
+        Case{"table --dim 8 --context 4", "--out"},
+        Case{"table --layout sideways --dim 8 --context 4 --out x.npy", "--layout"},
+        Case{"table --dtype f64 --dim 8 --context 4 --out x.npy", "--dtype"},
+        Case{"table --dim 0 --context 4 --out x.npy", "--dim"},
+        Case{"table --padding-idx 1 --dim 8 --context 4 --out x.npy", "fairseq"}}) {
     const auto r = run(c.args);
     EXPECT_NE(r.status, 0) << c.args;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << " -> " << r.out;

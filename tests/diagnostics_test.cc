@@ -116,7 +116,8 @@ TEST(Diagnostics, RelativeFitIsTinyForSinusoidalAndLargeForLearned) {
     for (int64_t k : {1, 5, 50}) {
       const auto fit = tokpos::relative_position_fit(t, L, D, k, layout);
       EXPECT_EQ(fit.pairs, 32);
-      EXPECT_LT(fit.max_residual, 4 * 1.2e-7) << tokpos::layout_name(layout) << " k=" << k;  // a few float ulps
+      EXPECT_LT(fit.max_residual, 4 * 1.2e-7)
+          << tokpos::layout_name(layout) << " k=" << k;  // a few float ulps
     }
   }
   tokpos::LearnedPositionalEmbedding l({.max_context = L, .dim = D, .seed = 1});

@@ -48,7 +48,8 @@ inline quad exact_entry(const RefOptions& o, int64_t p, int64_t i, int64_t D) {
     } else if (o.layout == "t2t") {
       const quad lmin = logq(static_cast<quad>(o.min_timescale));
       const int64_t den = half - 1 > 1 ? half - 1 : 1;
-      omega = static_cast<quad>(o.min_timescale) * expq(-(lb - lmin) * static_cast<quad>(k) / static_cast<quad>(den));
+      omega = static_cast<quad>(o.min_timescale) *
+              expq(-(lb - lmin) * static_cast<quad>(k) / static_cast<quad>(den));
     } else {  // ggml
       omega = expq(-lb * static_cast<quad>(k) / static_cast<quad>(half));
     }
@@ -80,7 +81,8 @@ inline double bf16_value(uint16_t h) {
 }
 inline double f16_value(uint16_t h) {
   const int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  const double v = e == 0 ? std::ldexp(static_cast<double>(m), -24) : std::ldexp(static_cast<double>(m + 1024), e - 25);
+  const double v =
+      e == 0 ? std::ldexp(static_cast<double>(m), -24) : std::ldexp(static_cast<double>(m + 1024), e - 25);
   return sign ? -v : v;
 }
 

@@ -51,8 +51,8 @@ TEST(Golden, EveryTableAgreesAndTokposIsCloserToExact) {
                                  .min_timescale = m["min_timescale"],
                                  .padding_idx = pad >= 0 ? std::optional<int64_t>(pad) : std::nullopt};
     const auto ours = tokpos::position_table(L, D, start, o);
-    const tokpos::testing::RefOptions ref{.layout = layout, .base = m["base"], .min_timescale = m["min_timescale"],
-                                          .padding_idx = pad};
+    const tokpos::testing::RefOptions ref{
+        .layout = layout, .base = m["base"], .min_timescale = m["min_timescale"], .padding_idx = pad};
     const bool f32 = m["computed_in"] == "float32";
     double err_ours = 0, err_ref = 0;
     for (int64_t r = 0; r < L; ++r)

@@ -79,12 +79,14 @@ TEST(Layouts, CEntryPointMatchesTheSeedTable) {
   const int64_t L = 128, D = 64;
   std::vector<float> a(L * D), b(L * D);
   ASSERT_EQ(tokpos_sinusoidal_table(a.data(), L, D, 10000.0), TOKPOS_OK);
-  ASSERT_EQ(tokpos_sinusoidal_table_ex(b.data(), TOKPOS_DTYPE_F32, L, D, 0, TOKPOS_LAYOUT_INTERLEAVED, 10000.0, 1.0, -1),
+  ASSERT_EQ(tokpos_sinusoidal_table_ex(b.data(), TOKPOS_DTYPE_F32, L, D, 0, TOKPOS_LAYOUT_INTERLEAVED,
+                                       10000.0, 1.0, -1),
             TOKPOS_OK);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
   std::vector<uint16_t> h(L * D, 0xabcd);
   const auto before = h;
-  EXPECT_EQ(tokpos_sinusoidal_table_ex(h.data(), TOKPOS_DTYPE_BF16, L, D, 0, static_cast<tokpos_layout>(9), 1e4, 1, -1),
+  EXPECT_EQ(tokpos_sinusoidal_table_ex(h.data(), TOKPOS_DTYPE_BF16, L, D, 0, static_cast<tokpos_layout>(9),
+                                       1e4, 1, -1),
             TOKPOS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tokpos_last_error()).find("layout 9"), std::string::npos) << tokpos_last_error();
   EXPECT_EQ(tokpos_sinusoidal_table_ex(h.data(), TOKPOS_DTYPE_BF16, L, D, 0, TOKPOS_LAYOUT_HALVES, 1e4, 1, 2),
@@ -92,8 +94,9 @@ TEST(Layouts, CEntryPointMatchesTheSeedTable) {
   EXPECT_EQ(tokpos_sinusoidal_table_ex(nullptr, TOKPOS_DTYPE_F16, L, D, 0, TOKPOS_LAYOUT_GGML, 1e4, 1, -1),
             TOKPOS_NULL_POINTER);
   EXPECT_EQ(h, before);
-  ASSERT_EQ(tokpos_sinusoidal_table_ex(h.data(), TOKPOS_DTYPE_BF16, L, D, 0, TOKPOS_LAYOUT_INTERLEAVED, 1e4, 1, -1),
-            TOKPOS_OK);
+  ASSERT_EQ(
+      tokpos_sinusoidal_table_ex(h.data(), TOKPOS_DTYPE_BF16, L, D, 0, TOKPOS_LAYOUT_INTERLEAVED, 1e4, 1, -1),
+      TOKPOS_OK);
   EXPECT_EQ(h[1], 0x3f80);  // cos 0 = 1.0 in bf16
 }
 

@@ -13,7 +13,9 @@
 
 namespace {
 
-std::string scratch(const char* name) { return ::testing::TempDir() + name; }
+std::string scratch(const char* name) {
+  return ::testing::TempDir() + name;
+}
 
 TEST(Npy, RoundTrip) {
   const std::vector<float> v = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 8.0f};
@@ -34,7 +36,8 @@ TEST(Npy, FailedWriteKeepsThePreviousFile) {
   const auto path = scratch("tokpos_keep.npy");
   const std::vector<float> v = {1, 2, 3};
   tokpos::write_npy(path, "<f4", {3}, v.data(), 12);
-  EXPECT_THROW(tokpos::write_npy(path, "<f4", {4}, v.data(), 12), tokpos::Error);  // bytes disagree with shape
+  EXPECT_THROW(tokpos::write_npy(path, "<f4", {4}, v.data(), 12),
+               tokpos::Error);  // bytes disagree with shape
   // A directory where the file should go: the rename fails, nothing is left behind.
   const auto dir = scratch("tokpos_dir.npy");
   ::mkdir(dir.c_str(), 0755);

@@ -39,9 +39,11 @@ TEST(Beyond, ComposerWithExtendMatchesALargerTableForStartAndExplicitIds) {
   };
   auto small = make(8, BeyondTable::kExtend), big = make(64, BeyondTable::kError);
   const auto ids = tokpos::testing::ids_mod(2 * 6, 50, 3);
-  EXPECT_EQ(small.forward(ids, 2, 6, {.positions = {.start = 5}}), big.forward(ids, 2, 6, {.positions = {.start = 5}}));
+  EXPECT_EQ(small.forward(ids, 2, 6, {.positions = {.start = 5}}),
+            big.forward(ids, 2, 6, {.positions = {.start = 5}}));
   const std::vector<int64_t> pos = {0, 1, 40, 40, 7, 63, 2, 9, 10, 11, 12, 50};
-  EXPECT_EQ(small.forward(ids, 2, 6, {.positions = {.ids = pos}}), big.forward(ids, 2, 6, {.positions = {.ids = pos}}));
+  EXPECT_EQ(small.forward(ids, 2, 6, {.positions = {.ids = pos}}),
+            big.forward(ids, 2, 6, {.positions = {.ids = pos}}));
   // The default policy still refuses, naming T and L.
   auto strict = make(8, BeyondTable::kError);
   EXPECT_THROW(strict.forward(ids, 2, 6, {.positions = {.start = 5}}), tokpos::Error);
@@ -60,8 +62,8 @@ TEST(Beyond, LearnedClampReadsAndTrainsTheLastRow) {
 
 TEST(Beyond, LearnedInterpolationRescalesPositions) {
   const int64_t L = 5, Lx = 9, D = 2;  // p -> p (L-1)/(Lx-1) = p/2
-  LearnedPositionalEmbedding p({.max_context = L, .dim = D, .seed = 4, .beyond = BeyondTable::kInterpolate,
-                                .interpolate_to = Lx});
+  LearnedPositionalEmbedding p(
+      {.max_context = L, .dim = D, .seed = 4, .beyond = BeyondTable::kInterpolate, .interpolate_to = Lx});
   const auto rows = p.forward(Lx, 0);
   const auto t = p.table();
   for (int64_t q = 0; q < Lx; ++q)
@@ -77,15 +79,17 @@ TEST(Beyond, LearnedInterpolationRescalesPositions) {
   double total = 0;
   for (float g : p.grad()) total += g;
   EXPECT_DOUBLE_EQ(total, static_cast<double>(Lx * D));  // weights sum to one
-  EXPECT_FLOAT_EQ(p.grad()[1 * D], 1.0f + 0.5f + 0.5f);    // q = 2 whole, q = 1 and 3 half each
+  EXPECT_FLOAT_EQ(p.grad()[1 * D], 1.0f + 0.5f + 0.5f);  // q = 2 whole, q = 1 and 3 half each
 }
 
 TEST(Beyond, PoliciesAreCheckedAtConstruction) {
-  EXPECT_THROW(LearnedPositionalEmbedding({.max_context = 4, .dim = 2, .beyond = BeyondTable::kExtend}), tokpos::Error);
-  EXPECT_THROW(LearnedPositionalEmbedding({.max_context = 4, .dim = 2, .beyond = BeyondTable::kInterpolate,
-                                           .interpolate_to = 3}),
+  EXPECT_THROW(LearnedPositionalEmbedding({.max_context = 4, .dim = 2, .beyond = BeyondTable::kExtend}),
                tokpos::Error);
-  EXPECT_THROW(SinusoidalPositionalEmbedding({.max_context = 4, .dim = 2, .beyond = BeyondTable::kClamp}), tokpos::Error);
+  EXPECT_THROW(LearnedPositionalEmbedding(
+                   {.max_context = 4, .dim = 2, .beyond = BeyondTable::kInterpolate, .interpolate_to = 3}),
+               tokpos::Error);
+  EXPECT_THROW(SinusoidalPositionalEmbedding({.max_context = 4, .dim = 2, .beyond = BeyondTable::kClamp}),
+               tokpos::Error);
 }
 
 TEST(Beyond, ConcurrentReadersSeeAnImmutableTable) {

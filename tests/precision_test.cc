@@ -23,7 +23,8 @@ using tokpos::testing::exact_entry;
 using tokpos::testing::quad;
 using tokpos::testing::RefOptions;
 
-const Layout kLayouts[] = {Layout::kInterleaved, Layout::kHalves, Layout::kFairseq, Layout::kT2T, Layout::kGgml};
+const Layout kLayouts[] = {Layout::kInterleaved, Layout::kHalves, Layout::kFairseq, Layout::kT2T,
+                           Layout::kGgml};
 
 RefOptions ref_of(const TableOptions& o) {
   return {.layout = tokpos::layout_name(o.layout),
@@ -121,7 +122,8 @@ TEST(Precision, ExactPairStaysInsideItsStatedBound) {
       double s, c;
       pair.sincos(p, &s, &c);
       const quad a = static_cast<quad>(p) * omega;
-      worst = std::max({worst, static_cast<double>(fabsq(s - sinq(a))), static_cast<double>(fabsq(c - cosq(a)))});
+      worst =
+          std::max({worst, static_cast<double>(fabsq(s - sinq(a))), static_cast<double>(fabsq(c - cosq(a)))});
     }
   }
   std::printf("largest ExactPair error: %.3g (bound %.3g)\n", worst, tokpos::detail::kSinCosError);
@@ -183,8 +185,11 @@ TEST(Precision, BadArgumentsNameTheValue) {
   };
   expect_msg([&] { tokpos::position_table(t.data(), DType::kF32, 2, 8, -1, {}); }, "start = -1");
   expect_msg([&] { tokpos::position_table(t.data(), DType::kF32, 2, 8, 0, {.base = -3}); }, "base = -3");
-  expect_msg([&] { tokpos::position_table(t.data(), DType::kF32, 2, 8, 0, {.layout = Layout::kT2T, .min_timescale = 0}); },
-             "min_timescale = 0");
+  expect_msg(
+      [&] {
+        tokpos::position_table(t.data(), DType::kF32, 2, 8, 0, {.layout = Layout::kT2T, .min_timescale = 0});
+      },
+      "min_timescale = 0");
   expect_msg([&] { tokpos::position_table(t.data(), DType::kF32, 2, 8, 0, {.padding_idx = 1}); },
              "padding_idx is only part of the fairseq layout");
   expect_msg([&] { tokpos::position_table(nullptr, DType::kF32, 2, 8, 0, {}); }, "out is NULL");

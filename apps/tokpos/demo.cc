@@ -184,12 +184,14 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
 
   if (L > 1) {
     const int64_t k = std::min<int64_t>(8, L - 1);
-    out << "  relative-position fit PE(p+k) = R_k PE(p), R_k one 2x2 rotation per sin/cos pair (largest residual):\n";
+    out << "  relative-position fit PE(p+k) = R_k PE(p), R_k one 2x2 rotation per sin/cos pair (largest "
+           "residual):\n";
     for (const auto& v : variants) {
       const auto f1 = relative_position_fit(v.composer.position().table(), L, D, 1);
       const auto fk = relative_position_fit(v.composer.position().table(), L, D, k);
       char line[200];
-      std::snprintf(line, sizeof line, "  %-13s k = 1: %.2g (%.2g of the largest entry)   k = %lld: %.2g (%.2g)\n", v.name,
+      std::snprintf(line, sizeof line,
+                    "  %-13s k = 1: %.2g (%.2g of the largest entry)   k = %lld: %.2g (%.2g)\n", v.name,
                     f1.max_residual, f1.relative, static_cast<long long>(k), fk.max_residual, fk.relative);
       out << line;
     }

@@ -37,12 +37,17 @@ int main(int argc, char** argv) {
   demo_cmd->add_flag("--json", demo.json, "Print one JSON object instead of the report");
 
   tokpos::app::TableCommand table;
-  CLI::App* table_cmd = app.add_subcommand("table", "Write an exact sinusoidal position table as a .npy file");
+  CLI::App* table_cmd =
+      app.add_subcommand("table", "Write an exact sinusoidal position table as a .npy file");
   table_cmd->add_option("--layout", table.layout, "interleaved|halves|fairseq|t2t|ggml")
       ->check(CLI::IsMember({"interleaved", "halves", "fairseq", "t2t", "ggml"}))
       ->capture_default_str();
-  table_cmd->add_option("--dim", table.dim, "Width D")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  table_cmd->add_option("--context", table.context, "Rows L")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 26));
+  table_cmd->add_option("--dim", table.dim, "Width D")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  table_cmd->add_option("--context", table.context, "Rows L")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 26));
   table_cmd->add_option("--start", table.start, "First position P (rows are P .. P+L-1)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 52))
       ->capture_default_str();
@@ -52,7 +57,8 @@ int main(int argc, char** argv) {
   table_cmd->add_option("--min-timescale", table.min_timescale, "t2t only")
       ->check(CLI::Range(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()))
       ->capture_default_str();
-  table_cmd->add_option("--padding-idx", table.padding_idx, "fairseq only: this position's row is zero (-1: none)")
+  table_cmd
+      ->add_option("--padding-idx", table.padding_idx, "fairseq only: this position's row is zero (-1: none)")
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 52))
       ->capture_default_str();
   table_cmd->add_option("--dtype", table.dtype, "f32|bf16|f16 (bf16 stored as uint16 bits)")

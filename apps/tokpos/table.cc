@@ -13,17 +13,21 @@ namespace tokpos::app {
 
 void run_table(const TableCommand& c, std::ostream& log) {
   const auto layout = parse_layout(c.layout);
-  if (!layout) throw Error(Status::kInvalidArgument, "tokpos table: unknown --layout '" + c.layout +
-                                                         "' (interleaved, halves, fairseq, t2t, ggml)");
+  if (!layout)
+    throw Error(Status::kInvalidArgument, "tokpos table: unknown --layout '" + c.layout +
+                                              "' (interleaved, halves, fairseq, t2t, ggml)");
   const auto dtype = parse_dtype(c.dtype);
-  if (!dtype) throw Error(Status::kInvalidArgument, "tokpos table: unknown --dtype '" + c.dtype + "' (f32, bf16, f16)");
+  if (!dtype)
+    throw Error(Status::kInvalidArgument, "tokpos table: unknown --dtype '" + c.dtype + "' (f32, bf16, f16)");
   if (*layout != Layout::kFairseq && c.padding_idx >= 0) {
-    throw Error(Status::kInvalidArgument, "tokpos table: --padding-idx belongs to the fairseq layout, not " + c.layout);
+    throw Error(Status::kInvalidArgument,
+                "tokpos table: --padding-idx belongs to the fairseq layout, not " + c.layout);
   }
-  const TableOptions options{.layout = *layout,
-                             .base = c.base,
-                             .min_timescale = c.min_timescale,
-                             .padding_idx = c.padding_idx >= 0 ? std::optional<int64_t>(c.padding_idx) : std::nullopt};
+  const TableOptions options{
+      .layout = *layout,
+      .base = c.base,
+      .min_timescale = c.min_timescale,
+      .padding_idx = c.padding_idx >= 0 ? std::optional<int64_t>(c.padding_idx) : std::nullopt};
   const int64_t L = c.context, D = c.dim;
   std::vector<uint8_t> bytes(static_cast<size_t>(L) * static_cast<size_t>(D) * dtype_size(*dtype));
   position_table(bytes.data(), *dtype, L, D, c.start, options);  // validates L, D, start, base
@@ -33,7 +37,8 @@ void run_table(const TableCommand& c, std::ostream& log) {
   char line[256];
   std::snprintf(line, sizeof line, "wrote %s: (%lld, %lld) %s, %s layout, positions %lld..%lld, base %g\n",
                 c.out.c_str(), static_cast<long long>(L), static_cast<long long>(D), c.dtype.c_str(),
-                layout_name(*layout), static_cast<long long>(c.start), static_cast<long long>(c.start + L - 1), c.base);
+                layout_name(*layout), static_cast<long long>(c.start),
+                static_cast<long long>(c.start + L - 1), c.base);
   log << line;
   if (*dtype == DType::kBF16) log << "  bf16 is stored as its uint16 bits (numpy has no bfloat16)\n";
   if (*dtype == DType::kF32) {
@@ -47,11 +52,12 @@ void run_table(const TableCommand& c, std::ostream& log) {
     log << (D > 6 ? " ...\n" : "\n");
     if (c.relative > 0) {
       const auto fit = relative_position_fit(row, L, D, c.relative, *layout);
-      std::snprintf(line, sizeof line,
-                    "  relative-position fit PE(p+%lld) = R PE(p) over %lld pairs: max residual %.3g (%.3g of the "
-                    "largest entry)\n",
-                    static_cast<long long>(c.relative), static_cast<long long>(fit.pairs), fit.max_residual,
-                    fit.relative);
+      std::snprintf(
+          line, sizeof line,
+          "  relative-position fit PE(p+%lld) = R PE(p) over %lld pairs: max residual %.3g (%.3g of the "
+          "largest entry)\n",
+          static_cast<long long>(c.relative), static_cast<long long>(fit.pairs), fit.max_residual,
+          fit.relative);
       log << line;
     }
   }

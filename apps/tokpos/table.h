@@ -14,11 +14,11 @@ struct TableCommand {
   int64_t context = 0;                 // L rows
   int64_t start = 0;                   // first position
   double base = 10000.0;
-  double min_timescale = 1.0;          // t2t only
-  int64_t padding_idx = -1;            // fairseq only; -1 = none
-  std::string dtype = "f32";           // f32|bf16|f16
-  std::string out;                     // FILE.npy
-  int64_t relative = 0;                // > 0: also report the relative-position fit at this offset
+  double min_timescale = 1.0;  // t2t only
+  int64_t padding_idx = -1;    // fairseq only; -1 = none
+  std::string dtype = "f32";   // f32|bf16|f16
+  std::string out;             // FILE.npy
+  int64_t relative = 0;        // > 0: also report the relative-position fit at this offset
 };
 
 // Throws tokpos::Error; prints a short summary to `log`.

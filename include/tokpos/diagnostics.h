@@ -45,9 +45,9 @@ std::vector<WavelengthBand> wavelength_bands(std::span<const double> wavelengths
 // as large as its entries. Columns outside a pair (odd D) are not fitted.
 struct RelativeFit {
   int64_t offset = 0;
-  int64_t pairs = 0;           // column pairs fitted
-  double max_residual = 0;     // largest |residual| of any fitted entry
-  double relative = 0;         // max_residual / largest |entry| of the fitted columns
+  int64_t pairs = 0;        // column pairs fitted
+  double max_residual = 0;  // largest |residual| of any fitted entry
+  double relative = 0;      // max_residual / largest |entry| of the fitted columns
 };
 RelativeFit relative_position_fit(std::span<const float> table, int64_t L, int64_t D, int64_t k,
                                   Layout layout = Layout::kInterleaved);

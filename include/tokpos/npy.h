@@ -12,9 +12,9 @@
 namespace tokpos {
 
 struct NpyArray {
-  std::string descr;            // "<f4", "<f2", "<u2", "<f8", "<i8"
+  std::string descr;  // "<f4", "<f2", "<u2", "<f8", "<i8"
   std::vector<int64_t> shape;
-  std::vector<uint8_t> data;    // raw little-endian bytes, C order
+  std::vector<uint8_t> data;  // raw little-endian bytes, C order
 };
 
 // Writes `bytes` bytes of data with the given descr and shape.

@@ -18,8 +18,8 @@ enum class Layout {
   kInterleaved,  // sin, cos, sin, cos, ...;  w_k = base^(-2k/D)           (the seeds, DistilBERT/XLM, Keras)
   kHalves,       // [sin ... | cos ...];      w_k = base^(-2k/D)           (Marian)
   kFairseq,      // [sin | cos | 0 if odd D]; w_k = base^(-k/(D/2 - 1)), zero padding row (fairseq, M2M100)
-  kT2T,          // [sin | cos | 0 if odd D]; w_k = min_ts (max_ts/min_ts)^(-k/max(D/2 - 1, 1))  (tensor2tensor)
-  kGgml,         // [cos | sin | 0 if odd D]; w_k = base^(-k/(D/2))         (ggml timestep embedding)
+  kT2T,   // [sin | cos | 0 if odd D]; w_k = min_ts (max_ts/min_ts)^(-k/max(D/2 - 1, 1))  (tensor2tensor)
+  kGgml,  // [cos | sin | 0 if odd D]; w_k = base^(-k/(D/2))         (ggml timestep embedding)
 };
 
 enum class DType { kF32, kBF16, kF16 };
@@ -31,11 +31,11 @@ struct TableOptions {
   std::optional<int64_t> padding_idx = {};  // fairseq only: the row of this position is all zeros
 };
 
-const char* layout_name(Layout layout);                          // "interleaved", "halves", ...
+const char* layout_name(Layout layout);  // "interleaved", "halves", ...
 std::optional<Layout> parse_layout(std::string_view name);
-const char* dtype_name(DType dtype);                             // "f32", "bf16", "f16"
+const char* dtype_name(DType dtype);  // "f32", "bf16", "f16"
 std::optional<DType> parse_dtype(std::string_view name);
-size_t dtype_size(DType dtype);                                  // 4 or 2
+size_t dtype_size(DType dtype);  // 4 or 2
 
 // Number of sin/cos frequency pairs of the layout at width D.
 int64_t num_frequency_pairs(Layout layout, int64_t D);
@@ -54,10 +54,8 @@ double frequency(int64_t k, int64_t D, const TableOptions& options);
 // Throws Error(kInvalidArgument) for L, D < 1, start < 0, a bad base or
 // min_timescale, a padding_idx with another layout; kSizeOverflow if
 // L*D overflows. Parallel, and identical for every thread count.
-void position_table(void* out, DType dtype, int64_t L, int64_t D, int64_t start,
-                    const TableOptions& options);
-std::vector<float> position_table(int64_t L, int64_t D, int64_t start = 0,
-                                  const TableOptions& options = {});
+void position_table(void* out, DType dtype, int64_t L, int64_t D, int64_t start, const TableOptions& options);
+std::vector<float> position_table(int64_t L, int64_t D, int64_t start = 0, const TableOptions& options = {});
 
 // One entry of the table (the same bits as position_table), in float.
 float position_value(int64_t pos, int64_t i, int64_t D, const TableOptions& options = {});

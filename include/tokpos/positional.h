@@ -8,9 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
-#include <optional>
 #include <vector>
 
 #include "tokpos/position_table.h"
@@ -89,12 +89,12 @@ class PositionalEmbedding {
 };
 
 struct LearnedPositionalOptions {
-  int64_t max_context = 0;                  // L, >= 1
-  int64_t dim = 0;                          // D, >= 1
-  uint64_t seed = 0;                        // init: Philox stream kPositionTableStream (random.h)
-  double init_std = 0.02;                   // init: N(0, init_std^2)
-  BeyondTable beyond = BeyondTable::kError; // kError, kClamp or kInterpolate
-  int64_t interpolate_to = 0;               // L' >= L, required by kInterpolate
+  int64_t max_context = 0;                   // L, >= 1
+  int64_t dim = 0;                           // D, >= 1
+  uint64_t seed = 0;                         // init: Philox stream kPositionTableStream (random.h)
+  double init_std = 0.02;                    // init: N(0, init_std^2)
+  BeyondTable beyond = BeyondTable::kError;  // kError, kClamp or kInterpolate
+  int64_t interpolate_to = 0;                // L' >= L, required by kInterpolate
 };
 
 class LearnedPositionalEmbedding final : public PositionalEmbedding {

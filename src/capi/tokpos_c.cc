@@ -179,8 +179,8 @@ tokpos_status tokpos_sinusoidal_table(float* out, int64_t max_context, int64_t d
 }
 
 tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t max_context, int64_t dim,
-                                         int64_t start, tokpos_layout layout, double base, double min_timescale,
-                                         int64_t padding_idx) {
+                                         int64_t start, tokpos_layout layout, double base,
+                                         double min_timescale, int64_t padding_idx) {
   constexpr const char* fn = "tokpos_sinusoidal_table_ex";
   return guard(fn, [&] {
     check_at_least(fn, "max_context", max_context, 1);
@@ -192,13 +192,15 @@ tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t 
     if (dtype < TOKPOS_DTYPE_F32 || dtype > TOKPOS_DTYPE_F16) {
       fail(Status::kInvalidArgument, fn, "dtype ", static_cast<int>(dtype), " is outside [0, 2]");
     }
-    if (padding_idx < -1) fail(Status::kInvalidArgument, fn, "padding_idx ", padding_idx, " must be -1 (none) or >= 0");
+    if (padding_idx < -1)
+      fail(Status::kInvalidArgument, fn, "padding_idx ", padding_idx, " must be -1 (none) or >= 0");
     checked_mul(fn, "max_context*dim", max_context, dim);
     tokpos::detail::check_not_null(fn, "out", out);
-    tokpos::TableOptions o{.layout = static_cast<tokpos::Layout>(layout),
-                           .base = base,
-                           .min_timescale = min_timescale,
-                           .padding_idx = padding_idx < 0 ? std::nullopt : std::optional<int64_t>(padding_idx)};
+    tokpos::TableOptions o{
+        .layout = static_cast<tokpos::Layout>(layout),
+        .base = base,
+        .min_timescale = min_timescale,
+        .padding_idx = padding_idx < 0 ? std::nullopt : std::optional<int64_t>(padding_idx)};
     tokpos::position_table(out, static_cast<tokpos::DType>(dtype), max_context, dim, start, o);
   });
 }

@@ -30,6 +30,13 @@ inline void check_at_least(const char* where, const char* name, int64_t v, int64
   if (v < lo) fail(Status::kInvalidArgument, where, name, " = ", v, " must be >= ", lo);
 }
 
+// A sinusoidal base (or timescale) must be finite and > 0.
+inline void check_positive_finite(const char* where, const char* name, double v) {
+  if (!(v > 0.0) || !(v < std::numeric_limits<double>::infinity())) {
+    fail(Status::kInvalidArgument, where, name, " = ", v, " must be finite and > 0");
+  }
+}
+
 inline void check_not_null(const char* where, const char* name, const void* p) {
   if (p == nullptr) fail(Status::kNullPointer, where, name, " is NULL");
 }

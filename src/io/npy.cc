@@ -23,7 +23,9 @@ size_t item_size(const char* where, const std::string& descr) {
   detail::fail(Status::kInvalidArgument, where, "unsupported dtype descr '", descr, "'");
 }
 
-std::string os_error(int err) { return std::strerror(err); }
+std::string os_error(int err) {
+  return std::strerror(err);
+}
 
 }  // namespace
 
@@ -41,7 +43,8 @@ void write_npy(const std::string& path, const std::string& descr, const std::vec
   }
   std::ostringstream dict;
   dict << "{'descr': '" << descr << "', 'fortran_order': False, 'shape': (";
-  for (size_t i = 0; i < shape.size(); ++i) dict << shape[i] << (shape.size() == 1 || i + 1 < shape.size() ? ", " : "");
+  for (size_t i = 0; i < shape.size(); ++i)
+    dict << shape[i] << (shape.size() == 1 || i + 1 < shape.size() ? ", " : "");
   dict << "), }";
   std::string header = dict.str();
   // Pad with spaces so that magic(6) + version(2) + length(2) + header ends on a 64-byte boundary.
@@ -53,7 +56,8 @@ void write_npy(const std::string& path, const std::string& descr, const std::vec
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    detail::fail(Status::kInvalidArgument, kWhere, "cannot write ", path, ": creating ", tmp, ": ", os_error(errno));
+    detail::fail(Status::kInvalidArgument, kWhere, "cannot write ", path, ": creating ", tmp, ": ",
+                 os_error(errno));
   }
   auto write_all = [&](const void* p, size_t n) {
     const char* c = static_cast<const char*>(p);
@@ -67,7 +71,8 @@ void write_npy(const std::string& path, const std::string& descr, const std::vec
     return true;
   };
   const uint8_t version[2] = {1, 0};
-  const uint8_t len[2] = {static_cast<uint8_t>(header.size() & 0xff), static_cast<uint8_t>(header.size() >> 8)};
+  const uint8_t len[2] = {static_cast<uint8_t>(header.size() & 0xff),
+                          static_cast<uint8_t>(header.size() >> 8)};
   const bool ok = write_all(kMagic, 6) && write_all(version, 2) && write_all(len, 2) &&
                   write_all(header.data(), header.size()) && write_all(data, bytes) && ::fsync(fd) == 0;
   const int err = errno;
@@ -89,15 +94,18 @@ NpyArray read_npy(const std::string& path) {
   if (!in) detail::fail(Status::kInvalidArgument, kWhere, "cannot open ", path);
   char magic[6];
   uint8_t version[2], len[2];
-  if (!in.read(magic, 6) || std::memcmp(magic, kMagic, 6) != 0 || !in.read(reinterpret_cast<char*>(version), 2)) {
+  if (!in.read(magic, 6) || std::memcmp(magic, kMagic, 6) != 0 ||
+      !in.read(reinterpret_cast<char*>(version), 2)) {
     detail::fail(Status::kInvalidArgument, kWhere, path, ": not a .npy file");
   }
   size_t header_len = 0;
   if (version[0] == 1) {
-    if (!in.read(reinterpret_cast<char*>(len), 2)) detail::fail(Status::kInvalidArgument, kWhere, path, ": truncated");
+    if (!in.read(reinterpret_cast<char*>(len), 2))
+      detail::fail(Status::kInvalidArgument, kWhere, path, ": truncated");
     header_len = len[0] | (static_cast<size_t>(len[1]) << 8);
   } else {
-    detail::fail(Status::kInvalidArgument, kWhere, path, ": .npy version ", int(version[0]), " is not supported");
+    detail::fail(Status::kInvalidArgument, kWhere, path, ": .npy version ", int(version[0]),
+                 " is not supported");
   }
   std::string header(header_len, '\0');
   if (!in.read(header.data(), static_cast<std::streamsize>(header_len))) {

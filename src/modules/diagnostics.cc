@@ -59,9 +59,7 @@ std::vector<double> cosine_by_offset(std::span<const float> table, int64_t L, in
 std::vector<double> sinusoidal_wavelengths(int64_t D, double base) {
   constexpr const char* kWhere = "sinusoidal_wavelengths";
   detail::check_at_least(kWhere, "D", D, 1);
-  if (!(base > 0.0) || !std::isfinite(base)) {
-    detail::fail(Status::kInvalidArgument, kWhere, "base = ", base, " must be finite and > 0");
-  }
+  detail::check_positive_finite(kWhere, "base", base);
   std::vector<double> out(static_cast<size_t>((D + 1) / 2));
   for (size_t k = 0; k < out.size(); ++k) {
     out[k] = 2.0 * std::numbers::pi * std::pow(base, static_cast<double>(2 * k) / static_cast<double>(D));
@@ -105,8 +103,8 @@ RelativeFit relative_position_fit(std::span<const float> table, int64_t L, int64
     for (int64_t p = 0; p + k < L; ++p) {
       const double u1 = table[p * D + pc.sin_col], u2 = table[p * D + pc.cos_col];
       const double v1 = table[(p + k) * D + pc.sin_col], v2 = table[(p + k) * D + pc.cos_col];
-      fit.max_residual = std::max({fit.max_residual, std::abs(v1 - (c * u1 + s * u2)),
-                                   std::abs(v2 - (c * u2 - s * u1))});
+      fit.max_residual =
+          std::max({fit.max_residual, std::abs(v1 - (c * u1 + s * u2)), std::abs(v2 - (c * u2 - s * u1))});
       largest = std::max({largest, std::abs(u1), std::abs(u2), std::abs(v1), std::abs(v2)});
     }
     ++fit.pairs;

@@ -25,11 +25,13 @@ PositionalEmbedding::PositionalEmbedding(int64_t L, int64_t D, BeyondTable beyon
     : L_(L), D_(D), beyond_(beyond) {
   detail::check_at_least(what, "max_context", L, 1);
   detail::check_at_least(what, "dim", D, 1);
-  table_ = detail::make_buffer<float>(what, "position table",
-                                      detail::checked_mul(what, "max_context*dim", L, D));
+  table_ =
+      detail::make_buffer<float>(what, "position table", detail::checked_mul(what, "max_context*dim", L, D));
 }
 
-int64_t PositionalEmbedding::position_limit() const { return L_; }
+int64_t PositionalEmbedding::position_limit() const {
+  return L_;
+}
 
 void PositionalEmbedding::check_positions(int64_t B, int64_t T, const PositionSpec& positions,
                                           const char* where) const {
@@ -38,13 +40,15 @@ void PositionalEmbedding::check_positions(int64_t B, int64_t T, const PositionSp
   const int64_t limit = position_limit();
   if (!positions.ids.empty()) {
     detail::check_size(where, "position_ids", positions.ids.size(), detail::checked_mul(where, "B*T", B, T));
-    if (beyond_ == BeyondTable::kError) return detail::check_position_ids(where, positions.ids.data(), B, T, L_);
+    if (beyond_ == BeyondTable::kError)
+      return detail::check_position_ids(where, positions.ids.data(), B, T, L_);
     for (size_t n = 0; n < positions.ids.size(); ++n) {
       const int64_t p = positions.ids[n];
       if (p < 0 || p >= limit) {
-        detail::fail(Status::kPositionOutOfRange, where, "position id ", p, " at (b=", static_cast<int64_t>(n) / T,
-                     ", t=", static_cast<int64_t>(n) % T, ") is outside [0, ", limit, ") under the ",
-                     beyond_table_name(beyond_), " policy (max_context L = ", L_, ")");
+        detail::fail(Status::kPositionOutOfRange, where, "position id ", p,
+                     " at (b=", static_cast<int64_t>(n) / T, ", t=", static_cast<int64_t>(n) % T,
+                     ") is outside [0, ", limit, ") under the ", beyond_table_name(beyond_),
+                     " policy (max_context L = ", L_, ")");
       }
     }
     return;
@@ -58,7 +62,8 @@ void PositionalEmbedding::check_positions(int64_t B, int64_t T, const PositionSp
   }
 }
 
-std::vector<int64_t> PositionalEmbedding::resolve_positions(int64_t B, int64_t T, const PositionSpec& positions,
+std::vector<int64_t> PositionalEmbedding::resolve_positions(int64_t B, int64_t T,
+                                                            const PositionSpec& positions,
                                                             const char* where) const {
   check_positions(B, T, positions, where);
   if (!positions.ids.empty()) return {positions.ids.begin(), positions.ids.end()};
@@ -67,7 +72,9 @@ std::vector<int64_t> PositionalEmbedding::resolve_positions(int64_t B, int64_t T
   return rows;
 }
 
-bool PositionalEmbedding::needs_rows(int64_t /*lo*/, int64_t hi) const { return hi > L_; }
+bool PositionalEmbedding::needs_rows(int64_t /*lo*/, int64_t hi) const {
+  return hi > L_;
+}
 
 std::vector<float> PositionalEmbedding::rows_for(std::span<const int64_t> positions) const {
   // kClamp (and the in-table case): copies of rows min(p, L - 1).
@@ -166,7 +173,9 @@ std::span<float> LearnedPositionalEmbedding::ensure_grad() {
   return grad_;
 }
 
-void LearnedPositionalEmbedding::zero_grad() { std::fill(grad_.begin(), grad_.end(), 0.0f); }
+void LearnedPositionalEmbedding::zero_grad() {
+  std::fill(grad_.begin(), grad_.end(), 0.0f);
+}
 
 void LearnedPositionalEmbedding::backward(std::span<const float> d_out, int64_t B, int64_t T,
                                           const PositionSpec& positions) {
@@ -199,9 +208,13 @@ void LearnedPositionalEmbedding::backward(std::span<const float> d_out, int64_t 
 
 SinusoidalPositionalEmbedding::SinusoidalPositionalEmbedding(const SinusoidalOptions& o)
     : PositionalEmbedding(o.max_context, o.dim, o.beyond, "SinusoidalPositionalEmbedding"),
-      options_{.layout = o.layout, .base = o.base, .min_timescale = o.min_timescale, .padding_idx = o.padding_idx} {
+      options_{.layout = o.layout,
+               .base = o.base,
+               .min_timescale = o.min_timescale,
+               .padding_idx = o.padding_idx} {
   if (o.beyond == BeyondTable::kClamp || o.beyond == BeyondTable::kInterpolate) {
-    detail::fail(Status::kInvalidArgument, "SinusoidalPositionalEmbedding", "the ", beyond_table_name(o.beyond),
+    detail::fail(Status::kInvalidArgument, "SinusoidalPositionalEmbedding", "the ",
+                 beyond_table_name(o.beyond),
                  " policy is for learned tables; a sinusoidal table supports error or extend");
   }
   if (o.layout == Layout::kInterleaved) {

@@ -9,9 +9,7 @@ namespace tokpos {
 namespace {
 
 void check_base(const char* where, double base) {
-  if (!(base > 0.0) || !std::isfinite(base)) {
-    detail::fail(Status::kInvalidArgument, where, "base = ", base, " must be finite and > 0");
-  }
+  detail::check_positive_finite(where, "base", base);
 }
 
 // Frequency of pair k: base^(-2k/D), the seed's 1 / 10000^(2i/d).
@@ -34,7 +32,8 @@ float sinusoidal_value(int64_t pos, int64_t i, int64_t D, double base) {
   constexpr const char* kWhere = "sinusoidal_value";
   detail::check_at_least(kWhere, "pos", pos, 0);
   detail::check_at_least(kWhere, "D", D, 1);
-  if (i < 0 || i >= D) detail::fail(Status::kInvalidArgument, kWhere, "feature ", i, " is outside [0, ", D, ")");
+  if (i < 0 || i >= D)
+    detail::fail(Status::kInvalidArgument, kWhere, "feature ", i, " is outside [0, ", D, ")");
   check_base(kWhere, base);
   return position_value(pos, i, D, {.layout = Layout::kInterleaved, .base = base});
 }

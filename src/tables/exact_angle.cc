@@ -39,7 +39,7 @@ void ExactPair::sincos(int64_t p, double* s, double* c) const {
     const double x = pd * chunk_[i];  // |x| < 2^32: within round_nearest's range
     f += x - internal::round_nearest(x);
   }
-  f -= internal::round_nearest(f);  // now in [-1/2, 1/2], exactly
+  f -= internal::round_nearest(f);             // now in [-1/2, 1/2], exactly
   const double angle = 6.283185307179586 * f;  // |angle| <= pi
   *s = std::sin(angle);
   *c = std::cos(angle);

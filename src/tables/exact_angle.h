@@ -117,8 +117,8 @@ inline float round_f32_guarded_bf(double y, double guard, int64_t* undecided) {
   const float power_of_two = static_cast<float>((fb & 0x007fffffu) == 0);
   const float half = spacing * (0.5f - 0.25f * power_of_two);
   const double margin = static_cast<double>(half) - std::fabs(y - static_cast<double>(f));
-  *undecided |= static_cast<int64_t>(std::fabs(y) < 8 * guard * 16777216.0) |
-                static_cast<int64_t>(margin <= guard);
+  *undecided |=
+      static_cast<int64_t>(std::fabs(y) < 8 * guard * 16777216.0) | static_cast<int64_t>(margin <= guard);
   return f;
 }
 

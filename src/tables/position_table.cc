@@ -39,13 +39,8 @@ struct LayoutPlan {
 
 void check_options(const char* where, int64_t D, const TableOptions& o) {
   detail::check_at_least(where, "D", D, 1);
-  if (!(o.base > 0.0) || !std::isfinite(o.base)) {
-    detail::fail(Status::kInvalidArgument, where, "base = ", o.base, " must be finite and > 0");
-  }
-  if (o.layout == Layout::kT2T && (!(o.min_timescale > 0.0) || !std::isfinite(o.min_timescale))) {
-    detail::fail(Status::kInvalidArgument, where, "min_timescale = ", o.min_timescale,
-                 " must be finite and > 0");
-  }
+  detail::check_positive_finite(where, "base", o.base);
+  if (o.layout == Layout::kT2T) detail::check_positive_finite(where, "min_timescale", o.min_timescale);
   if (o.padding_idx && o.layout != Layout::kFairseq) {
     detail::fail(Status::kInvalidArgument, where, "padding_idx is only part of the fairseq layout, not ",
                  layout_name(o.layout));
@@ -63,8 +58,7 @@ quad exact_frequency(int64_t k, int64_t D, const TableOptions& o) {
   const quad base = o.base;
   switch (o.layout) {
     case Layout::kInterleaved:
-    case Layout::kHalves:
-      return powq(base, -static_cast<quad>(2 * k) / static_cast<quad>(D));
+    case Layout::kHalves: return powq(base, -static_cast<quad>(2 * k) / static_cast<quad>(D));
     case Layout::kFairseq: {
       // fairseq divides by half_dim - 1, which is 0 at D = 2, 3 (there it
       // produces NaN); k = 0 is the only pair then, and base^0 = 1.
@@ -76,8 +70,7 @@ quad exact_frequency(int64_t k, int64_t D, const TableOptions& o) {
       const quad min_ts = o.min_timescale;
       return min_ts * powq(base / min_ts, -static_cast<quad>(k) / static_cast<quad>(den));
     }
-    case Layout::kGgml:
-      return powq(base, -static_cast<quad>(k) / static_cast<quad>(D / 2));
+    case Layout::kGgml: return powq(base, -static_cast<quad>(k) / static_cast<quad>(D / 2));
   }
   return 0;
 }
@@ -340,7 +333,9 @@ std::optional<DType> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
-size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+size_t dtype_size(DType dtype) {
+  return dtype == DType::kF32 ? 4 : 2;
+}
 
 int64_t num_frequency_pairs(Layout layout, int64_t D) {
   return (layout == Layout::kInterleaved || layout == Layout::kHalves) ? (D + 1) / 2 : D / 2;
@@ -373,7 +368,8 @@ void position_table(void* out, DType dtype, int64_t L, int64_t D, int64_t start,
   detail::check_at_least(kWhere, "L", L, 1);
   detail::check_at_least(kWhere, "start", start, 0);
   detail::checked_mul(kWhere, "L*D", L, D);
-  if (start > INT64_MAX - L) detail::fail(Status::kSizeOverflow, kWhere, "start + L = ", start, " + ", L, " overflows");
+  if (start > INT64_MAX - L)
+    detail::fail(Status::kSizeOverflow, kWhere, "start + L = ", start, " + ", L, " overflows");
   detail::check_not_null(kWhere, "out", out);
   switch (dtype) {
     case DType::kF32: return generate<DType::kF32>(out, L, D, start, o);
@@ -396,7 +392,8 @@ float position_value(int64_t pos, int64_t i, int64_t D, const TableOptions& o) {
   constexpr const char* kWhere = "position_value";
   check_options(kWhere, D, o);
   detail::check_at_least(kWhere, "pos", pos, 0);
-  if (i < 0 || i >= D) detail::fail(Status::kInvalidArgument, kWhere, "feature ", i, " is outside [0, ", D, ")");
+  if (i < 0 || i >= D)
+    detail::fail(Status::kInvalidArgument, kWhere, "feature ", i, " is outside [0, ", D, ")");
   if (o.padding_idx && pos == *o.padding_idx) return 0.0f;
   // Only the pair that owns column i needs its frequency.
   const LayoutPlan plan = make_columns(D, o);
