@@ -78,6 +78,19 @@ void BM_IndexAddRows(benchmark::State& state, const tokpos::kernels::KernelTable
   state.SetBytesProcessed(state.iterations() * s.B * s.T * s.D * 4 * 3);
 }
 
+// Every id the same: the hot-row case of the backward.
+void BM_IndexAddHotRow(benchmark::State& state, const tokpos::kernels::KernelTable* k) {
+  set_threads(state);
+  auto& d = gpt2();
+  const auto s = kGpt2;
+  const std::vector<int64_t> same(s.B * s.T, 42);
+  for (auto _ : state) {
+    k->index_add_rows(d.grad.data(), d.d_out.data(), same.data(), s.B * s.T, s.V, s.D);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * s.B * s.T * s.D * 4);
+}
+
 // The bandwidth line: copy as many bytes as the forward writes, in parallel.
 void BM_ParallelCopy(benchmark::State& state) {
   set_threads(state);
@@ -138,6 +151,10 @@ BENCHMARK_CAPTURE(BM_IndexAddRows, cpu, &tokpos::kernels::cpu_kernels())
     ->Arg(2)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK_CAPTURE(BM_IndexAddHotRow, reference, &tokpos::kernels::reference_kernels())
+    ->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_IndexAddHotRow, cpu, &tokpos::kernels::cpu_kernels())
+    ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_SinusoidalTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PositionTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 

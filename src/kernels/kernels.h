@@ -21,18 +21,34 @@ using ComposeForwardFn = void(float* out, const int64_t* ids, const float* token
                               int64_t unk_id, const float* pos_table, const int64_t* pos_ids, int64_t start,
                               int64_t B, int64_t T, int64_t D);
 
-// grad (V, D): for i = 0 .. N-1 in increasing order, if rows[i] >= 0,
-//   grad[rows[i]] += src[i]            (src is (N, D))
-// Accumulates; rows < 0 are skipped (padding). Only listed rows change.
-// Each row receives its contributions in increasing i, so the result is the
-// same bits for every thread count.
+// grad (V, D) += the rows of src (N, D) grouped by rows[i]; rows[i] < 0 is
+// skipped (padding). Accumulates; only listed rows change. The order of the
+// floating-point additions is part of the definition, so every back end and
+// every thread count gives the same bits: for each row v, its sources
+// i_1 < i_2 < ... are taken in blocks of kRowBlock; each block is summed
+// from its first source, in order, and the block sums are added to grad[v]
+// in order:  grad[v] = ((grad[v] + (s_1 + ... + s_64)) + (s_65 + ...)) + ...
+// Fixed blocks let a row used thousands of times be summed by many threads.
+inline constexpr int64_t kRowBlock = 64;
 using IndexAddRowsFn = void(float* grad, const float* src, const int64_t* rows, int64_t N, int64_t V,
                             int64_t D);
+
+// Element types of tables and outputs (same values as tokpos::DType and tokpos_dtype).
+enum class Elem { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+// compose_forward for any table types: token and position rows are read as
+// their own type, widened to float, added in float, and the sum is stored as
+// out_type (kF32 or kBF16, rounded to nearest even). pos_table may be null.
+using ComposeForwardMixedFn = void(void* out, Elem out_type, const int64_t* ids, const void* token_table,
+                                   Elem token_type, int64_t V, int64_t unk_id, const void* pos_table,
+                                   Elem pos_type, const int64_t* pos_ids, int64_t start, int64_t B, int64_t T,
+                                   int64_t D);
 
 struct KernelTable {
   const char* name;
   ComposeForwardFn* compose_forward;
   IndexAddRowsFn* index_add_rows;
+  ComposeForwardMixedFn* compose_forward_mixed;
 };
 
 const KernelTable& reference_kernels();

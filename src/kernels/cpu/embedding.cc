@@ -3,52 +3,212 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "common/parallel.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/kernels.h"
 
 namespace tokpos::kernels {
 namespace {
 
-inline void add_rows(float* __restrict out, const float* __restrict a, const float* __restrict b, int64_t D) {
-  for (int64_t d = 0; d < D; ++d) out[d] = a[d] + b[d];
+// Run-time dispatch (GCC ifunc): wide vectors where the CPU has them, one
+// binary everywhere. Clones do the same IEEE operations in the same order.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TOKPOS_KERNEL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TOKPOS_KERNEL_CLONES
+#endif
+
+constexpr int64_t kDecodeTokens = 16;  // at most this many tokens: no threading at all
+constexpr int64_t kPrefetchAhead = 8;  // rows ahead whose token row is prefetched
+
+inline void prefetch_row(const void* row, int64_t bytes) {
+  const char* p = static_cast<const char*>(row);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 1);
+}
+
+template <typename Out>
+inline void store(Out* out, float v) {
+  if constexpr (sizeof(Out) == 4) {
+    *out = v;
+  } else {
+    *out = to_bf16(v);
+  }
+}
+
+// Tokens [n0, n1) of compose_forward_mixed: the whole computation, inlined
+// into each clone of compose_range so every clone vectorises it for its ISA.
+template <typename Tok, typename Pos, typename Out>
+__attribute__((always_inline)) inline void rows(void* out_v, const int64_t* ids, const void* tok_v, int64_t V,
+                                                int64_t unk_id, const void* pos_v, const int64_t* pos_ids,
+                                                int64_t start, int64_t T, int64_t D, int64_t n0, int64_t n1) {
+  Out* __restrict out = static_cast<Out*>(out_v);
+  const Tok* tok = static_cast<const Tok*>(tok_v);
+  const Pos* pos = static_cast<const Pos*>(pos_v);
+  for (int64_t n = n0; n < n1; ++n) {
+    if (n + kPrefetchAhead < n1) {
+      const int64_t id = ids[n + kPrefetchAhead];
+      if (id >= 0 && id < V) prefetch_row(tok + id * D, D * static_cast<int64_t>(sizeof(Tok)));
+    }
+    const int64_t ix = (ids[n] >= 0 && ids[n] < V) ? ids[n] : unk_id;
+    const Tok* __restrict wte_ix = tok + ix * D;
+    Out* __restrict out_n = out + n * D;
+    if (pos == nullptr) {
+      for (int64_t d = 0; d < D; ++d) store(out_n + d, to_f32(wte_ix[d]));
+    } else {
+      const int64_t p = pos_ids ? pos_ids[n] : start + n % T;
+      const Pos* __restrict wpe_p = pos + p * D;
+      for (int64_t d = 0; d < D; ++d) store(out_n + d, to_f32(wte_ix[d]) + to_f32(wpe_p[d]));
+    }
+  }
+}
+
+template <typename Tok, typename Pos>
+__attribute__((always_inline)) inline void rows_out(void* out, Elem out_type, const int64_t* ids, const void* tok,
+                                                    int64_t V, int64_t unk, const void* pos, const int64_t* pos_ids,
+                                                    int64_t start, int64_t T, int64_t D, int64_t n0, int64_t n1) {
+  if (out_type == Elem::kF32) return rows<Tok, Pos, float>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+  rows<Tok, Pos, bf16_t>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+}
+
+template <typename Tok>
+__attribute__((always_inline)) inline void rows_pos(void* out, Elem out_type, const int64_t* ids, const void* tok,
+                                                    int64_t V, int64_t unk, const void* pos, Elem pos_type,
+                                                    const int64_t* pos_ids, int64_t start, int64_t T, int64_t D,
+                                                    int64_t n0, int64_t n1) {
+  switch (pos_type) {
+    case Elem::kF32: return rows_out<Tok, float>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+    case Elem::kBF16: return rows_out<Tok, bf16_t>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+    case Elem::kF16: return rows_out<Tok, f16_t>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+  }
+}
+
+// One dispatch point per ISA; the type switch runs once per range, not per element.
+TOKPOS_KERNEL_CLONES
+void compose_range(void* out, Elem out_type, const int64_t* ids, const void* tok, Elem tok_type, int64_t V,
+                   int64_t unk, const void* pos, Elem pos_type, const int64_t* pos_ids, int64_t start, int64_t T,
+                   int64_t D, int64_t n0, int64_t n1) {
+  switch (tok_type) {
+    case Elem::kF32:
+      return rows_pos<float>(out, out_type, ids, tok, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1);
+    case Elem::kBF16:
+      return rows_pos<bf16_t>(out, out_type, ids, tok, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1);
+    case Elem::kF16:
+      return rows_pos<f16_t>(out, out_type, ids, tok, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1);
+  }
+}
+
+void compose_forward_mixed_cpu(void* out, Elem out_type, const int64_t* ids, const void* tok, Elem tok_type,
+                               int64_t V, int64_t unk, const void* pos, Elem pos_type, const int64_t* pos_ids,
+                               int64_t start, int64_t B, int64_t T, int64_t D) {
+  const int64_t N = B * T;
+  const int nt = N <= kDecodeTokens ? 1 : detail::threads_for(N * D);
+  if (nt == 1) {  // the decode path: no OpenMP region, no scheduling
+    compose_range(out, out_type, ids, tok, tok_type, V, unk, pos, pos_type, pos_ids, start, T, D, 0, N);
+    return;
+  }
+  // Contiguous token ranges, one per thread: each thread streams its own part of out.
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
+    compose_range(out, out_type, ids, tok, tok_type, V, unk, pos, pos_type, pos_ids, start, T, D, N * k / team,
+                  N * (k + 1) / team);
+  }
 }
 
 void compose_forward_cpu(float* out, const int64_t* ids, const float* token_table, int64_t V, int64_t unk_id,
                          const float* pos_table, const int64_t* pos_ids, int64_t start, int64_t B, int64_t T,
                          int64_t D) {
-  const int64_t N = B * T;
-  // Static schedule over whole tokens: contiguous output per thread, one row per step.
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N* D))
-  for (int64_t n = 0; n < N; ++n) {
-    float* out_bt = out + n * D;
-    const int64_t ix = (ids[n] >= 0 && ids[n] < V) ? ids[n] : unk_id;
-    const float* wte_ix = token_table + ix * D;
-    if (pos_table == nullptr) {
-      std::copy(wte_ix, wte_ix + D, out_bt);
-    } else {
-      const int64_t p = pos_ids ? pos_ids[n] : start + n % T;
-      add_rows(out_bt, wte_ix, pos_table + p * D, D);
-    }
+  compose_forward_mixed_cpu(out, Elem::kF32, ids, token_table, Elem::kF32, V, unk_id, pos_table, Elem::kF32,
+                            pos_ids, start, B, T, D);
+}
+
+// block (D) = src[order[k0]] + src[order[k0 + 1]] + ... up to k1, in order.
+TOKPOS_KERNEL_CLONES
+void sum_block(float* block, const float* src, const int64_t* order, int64_t k0, int64_t k1, int64_t D) {
+  float* __restrict acc = block;
+  const float* __restrict first = src + order[k0] * D;
+  for (int64_t d = 0; d < D; ++d) acc[d] = first[d];
+  for (int64_t k = k0 + 1; k < k1; ++k) {
+    const float* __restrict s = src + order[k] * D;
+    for (int64_t d = 0; d < D; ++d) acc[d] += s[d];
   }
 }
 
+TOKPOS_KERNEL_CLONES
+void add_row(float* grad_row, const float* block, int64_t D) {
+  float* __restrict g = grad_row;
+  const float* __restrict b = block;
+  for (int64_t d = 0; d < D; ++d) g[d] += b[d];
+}
+
 void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int64_t N, int64_t V, int64_t D) {
-  // Row-range ownership: thread k owns rows [V*k/nt, V*(k+1)/nt) and walks all
-  // N ids in order, adding only its own. No atomics, no races, and every row
-  // sees its contributions in increasing i: identical to the reference for
-  // any thread count. (Issue 4 replaces the full scan with a sort plan.)
+  // The plan, O(N + V) scratch (never V x D): a stable counting sort of the
+  // sources by row, so each row's sources are contiguous and in increasing i.
+  std::vector<int64_t> start(static_cast<size_t>(V) + 1, 0), order(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i)
+    if (rows[i] >= 0) ++start[rows[i] + 1];
+  for (int64_t v = 0; v < V; ++v) start[v + 1] += start[v];
+  {
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < N; ++i)
+      if (rows[i] >= 0) order[fill[rows[i]]++] = i;
+  }
+  // Blocks of kRowBlock sources. A row with one block is summed and added by
+  // one task; a hot row's blocks are summed in parallel into scratch, then
+  // added to the row in block order (split by columns across threads).
+  struct Block {
+    int64_t row, k0, k1, slot;  // slot >= 0: a hot row's partial sum lives in scratch[slot]
+  };
+  std::vector<Block> blocks;
+  std::vector<int64_t> hot_rows, hot_first_slot;
+  int64_t slots = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    const int64_t k0 = start[v], k1 = start[v + 1];
+    if (k1 == k0) continue;
+    if (k1 - k0 <= kRowBlock) {
+      blocks.push_back({v, k0, k1, -1});
+      continue;
+    }
+    hot_rows.push_back(v);
+    hot_first_slot.push_back(slots);
+    for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock) blocks.push_back({v, b0, std::min(k1, b0 + kRowBlock), slots++});
+  }
   const int nt = detail::threads_for(N * D);
+  std::vector<float> scratch(static_cast<size_t>((slots + nt) * D));  // hot partial sums + one row per thread
+  const auto nb = static_cast<int64_t>(blocks.size());
 #pragma omp parallel num_threads(nt)
   {
-    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
-    const int64_t lo = V * k / team, hi = V * (k + 1) / team;
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t r = rows[i];
-      if (r < lo || r >= hi) continue;  // also skips r < 0 (padding)
-      float* __restrict g = grad + r * D;
-      const float* __restrict s = src + i * D;
-      for (int64_t d = 0; d < D; ++d) g[d] += s[d];
+    float* mine = scratch.data() + (slots + omp_get_thread_num()) * D;
+    // Blocks in plan order: static contiguous ranges, so the rows two blocks
+    // ahead can be prefetched (hot rows are already cut into 64-source blocks).
+#pragma omp for schedule(static)
+    for (int64_t j = 0; j < nb; ++j) {
+      if (j + 2 < nb) {
+        prefetch_row(src + order[blocks[j + 2].k0] * D, D * 4);
+        prefetch_row(grad + blocks[j + 2].row * D, D * 4);
+      }
+      const Block& b = blocks[j];
+      if (b.slot < 0 && b.k1 - b.k0 == 1) {  // one source: grad += s, the same bits as the block sum
+        add_row(grad + b.row * D, src + order[b.k0] * D, D);
+        continue;
+      }
+      float* dst = b.slot >= 0 ? scratch.data() + b.slot * D : mine;
+      sum_block(dst, src, order.data(), b.k0, b.k1, D);
+      if (b.slot < 0) add_row(grad + b.row * D, dst, D);  // the row has no other block
+    }
+    // Hot rows: grad[v] += partial sums in block order, columns split across threads.
+    const int64_t col_chunk = 256;
+    const int64_t chunks = (D + col_chunk - 1) / col_chunk;
+    const auto hot = static_cast<int64_t>(hot_rows.size());
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < hot * chunks; ++item) {
+      const int64_t h = item / chunks, c0 = (item % chunks) * col_chunk, len = std::min(col_chunk, D - c0);
+      const int64_t v = hot_rows[h], nblocks = (start[v + 1] - start[v] + kRowBlock - 1) / kRowBlock;
+      for (int64_t q = 0; q < nblocks; ++q) {
+        add_row(grad + v * D + c0, scratch.data() + (hot_first_slot[h] + q) * D + c0, len);
+      }
     }
   }
 }
@@ -56,7 +216,7 @@ void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int6
 }  // namespace
 
 const KernelTable& cpu_kernels() {
-  static const KernelTable table{"cpu", compose_forward_cpu, index_add_rows_cpu};
+  static const KernelTable table{"cpu", compose_forward_cpu, index_add_rows_cpu, compose_forward_mixed_cpu};
   return table;
 }
 
