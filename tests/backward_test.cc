@@ -191,6 +191,22 @@ TEST(Tying, HiddenGradientFlowsThroughTheTable) {
     }
 }
 
+TEST(Backward, SparseGradientEqualsTheDenseRowsAndChangesNothing) {
+  const int64_t V = 300, D = 24, B = 4, T = 100;
+  auto ids = ids_mod(B * T, V, 30);
+  std::fill(ids.begin(), ids.begin() + 150, 7);  // a hot row, split into blocks
+  const auto d_out = noise(B * T * D, 31);
+  TokenEmbedding e({.vocab_size = V, .dim = D, .padding_idx = 3});
+  const auto sparse = e.sparse_backward(d_out, ids, B, T);
+  EXPECT_TRUE(e.grad().empty());  // nothing accumulated
+  const auto touched = e.backward(d_out, ids, B, T);
+  EXPECT_EQ(sparse.rows, touched);
+  ASSERT_EQ(sparse.values.size(), touched.size() * D);
+  for (size_t r = 0; r < touched.size(); ++r)
+    for (int64_t d = 0; d < D; ++d) EXPECT_EQ(sparse.values[r * D + d], e.grad()[touched[r] * D + d]);
+  EXPECT_EQ(std::count(sparse.rows.begin(), sparse.rows.end(), 3), 0);  // padding never appears
+}
+
 TEST(Threads, ForwardAndBackwardAreBitwiseIdenticalFor1_2_7Threads) {
   const int64_t V = 3000, D = 96, L = 512, B = 4, T = 512;
   auto ids = ids_mod(B * T, V, 19);

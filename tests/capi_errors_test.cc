@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -87,6 +88,39 @@ TEST(CApi, ComposeForwardErrorsWriteNothing) {
   EXPECT_TRUE(bitwise_equal(out, before));
   // Empty batches succeed without touching anything, NULLs included.
   EXPECT_EQ(tokpos_compose_forward(nullptr, nullptr, 0, T, tok.data(), V, pos.data(), L, D), TOKPOS_OK);
+}
+
+TEST(CApi, ComposeForwardExMatchesTheFloatPathAndChecksDtypes) {
+  const int64_t V = 10, L = 6, D = 5, B = 2, T = 3;
+  const auto tok = noise(V * D, 20), pos = noise(L * D, 21);
+  const std::vector<int64_t> ids = {1, 2, 3, 9, 0, 4};
+  std::vector<float> a(B * T * D), b(B * T * D);
+  ASSERT_EQ(tokpos_compose_forward(a.data(), ids.data(), B, T, tok.data(), V, pos.data(), L, D), TOKPOS_OK);
+  ASSERT_EQ(tokpos_compose_forward_ex(b.data(), TOKPOS_DTYPE_F32, ids.data(), B, T, tok.data(), TOKPOS_DTYPE_F32, V,
+                                      pos.data(), TOKPOS_DTYPE_F32, L, D),
+            TOKPOS_OK);
+  EXPECT_TRUE(bitwise_equal(a, b));
+  std::vector<uint16_t> bf(B * T * D, 0x1234);
+  const auto before = bf;
+  EXPECT_EQ(tokpos_compose_forward_ex(bf.data(), TOKPOS_DTYPE_F16, ids.data(), B, T, tok.data(), TOKPOS_DTYPE_F32, V,
+                                      pos.data(), TOKPOS_DTYPE_F32, L, D),
+            TOKPOS_INVALID_ARGUMENT);
+  expect_message({"out_dtype 2 is outside [0, 1]"});
+  std::vector<int64_t> bad = ids;
+  bad[5] = 10;
+  EXPECT_EQ(tokpos_compose_forward_ex(bf.data(), TOKPOS_DTYPE_BF16, bad.data(), B, T, tok.data(), TOKPOS_DTYPE_F32,
+                                      V, pos.data(), TOKPOS_DTYPE_F32, L, D),
+            TOKPOS_ID_OUT_OF_RANGE);
+  EXPECT_EQ(bf, before);
+  ASSERT_EQ(tokpos_compose_forward_ex(bf.data(), TOKPOS_DTYPE_BF16, ids.data(), B, T, tok.data(), TOKPOS_DTYPE_F32, V,
+                                      pos.data(), TOKPOS_DTYPE_F32, L, D),
+            TOKPOS_OK);
+  for (size_t i = 0; i < bf.size(); ++i) {  // bf16 of the float sum, nearest even: within half a bf16 ulp
+    uint32_t u = static_cast<uint32_t>(bf[i]) << 16;
+    float v;
+    std::memcpy(&v, &u, 4);
+    EXPECT_LE(std::abs(v - a[i]), std::abs(a[i]) * (1.0f / 256) + 1e-30f) << i;
+  }
 }
 
 TEST(CApi, ComposeBackwardErrorsLeaveGradientsUntouched) {

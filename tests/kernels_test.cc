@@ -2,9 +2,12 @@
 // (ggml's test-backend-ops style: each case prints its parameters).
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <tuple>
 #include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
 #include "tokpos/threading.h"
@@ -63,8 +66,105 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(4, 256, 100, 97, 2),   // D not a multiple of 8 or 16
                       std::make_tuple(8, 128, 768, 500, 2),  // big enough to thread
                       std::make_tuple(2, 1024, 64, 3, 7),    // hot rows, odd thread count
-                      std::make_tuple(1, 4096, 129, 50257, 2)),
+                      std::make_tuple(1, 4096, 129, 50257, 2),
+                      std::make_tuple(4, 512, 64, 1, 2),       // V = 1, threaded: one hot row, split
+                      std::make_tuple(2, 2048, 33, 2, 7)),     // two hot rows, odd D, 7 threads
     ShapeName);
+
+// Mixed table types and bf16 output: (B, T, D, V, threads) x every type combination.
+TEST_P(KernelAgreement, MixedTypesMatchReference) {
+  const auto [B, T, D, V, threads] = GetParam();
+  tokpos::set_num_threads(threads);
+  using tokpos::kernels::Elem;
+  const int64_t L = T + 3, N = B * T;
+  // 16-bit tables from random bits (finite values only), f32 tables from noise.
+  auto bits16 = [](size_t n, uint64_t seed, bool f16) {
+    std::vector<uint16_t> v(n);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (auto& h : v) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      h = static_cast<uint16_t>(x);
+      if (f16 && (h & 0x7c00) == 0x7c00) h &= 0xbfff;   // no Inf/NaN in f16 tables
+      if (!f16 && (h & 0x7f80) == 0x7f80) h &= 0xbfff;  // nor in bf16
+    }
+    return v;
+  };
+  const auto tok32 = noise(V * D, 8), pos32 = noise(L * D, 9);
+  const auto tok_bf = bits16(V * D, 10, false), pos_bf = bits16(L * D, 11, false);
+  const auto tok_h = bits16(V * D, 12, true), pos_h = bits16(L * D, 13, true);
+  auto table = [&](Elem e, bool token) -> const void* {
+    if (e == Elem::kF32) return token ? static_cast<const void*>(tok32.data()) : pos32.data();
+    if (e == Elem::kBF16) return token ? static_cast<const void*>(tok_bf.data()) : pos_bf.data();
+    return token ? static_cast<const void*>(tok_h.data()) : pos_h.data();
+  };
+  const auto ids = ids_mod(N, V, 14);
+  const auto& ref = tokpos::kernels::reference_kernels();
+  const auto& cpu = tokpos::kernels::cpu_kernels();
+  for (Elem te : {Elem::kF32, Elem::kBF16, Elem::kF16})
+    for (Elem pe : {Elem::kF32, Elem::kBF16, Elem::kF16})
+      for (Elem oe : {Elem::kF32, Elem::kBF16}) {
+        const size_t bytes = N * D * (oe == Elem::kF32 ? 4 : 2);
+        std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
+        ref.compose_forward_mixed(a.data(), oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe, nullptr,
+                                  2, B, T, D);
+        cpu.compose_forward_mixed(b.data(), oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe, nullptr,
+                                  2, B, T, D);
+        EXPECT_EQ(a, b) << "token " << int(te) << " pos " << int(pe) << " out " << int(oe);
+      }
+  tokpos::set_num_threads(0);
+}
+
+TEST(Kernels, ConversionsAreExact) {
+  using tokpos::kernels::bf16_t;
+  using tokpos::kernels::f16_t;
+  // Every binary16 value widens to the float it denotes.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const float f = tokpos::kernels::to_f32(f16_t{static_cast<uint16_t>(h)});
+    if (e == 31) {
+      EXPECT_TRUE(m ? std::isnan(f) : std::isinf(f)) << h;
+      continue;
+    }
+    const double want = (e == 0 ? std::ldexp(m, -24) : std::ldexp(m + 1024, e - 25)) * ((h & 0x8000) ? -1 : 1);
+    ASSERT_EQ(static_cast<double>(f), want) << std::hex << h;
+  }
+  // float -> bf16 rounds to nearest even.
+  EXPECT_EQ(tokpos::kernels::to_bf16(1.0f).bits, 0x3f80);
+  EXPECT_EQ(tokpos::kernels::to_bf16(std::bit_cast<float>(0x3f808000u)).bits, 0x3f80);  // tie -> even
+  EXPECT_EQ(tokpos::kernels::to_bf16(std::bit_cast<float>(0x3f818000u)).bits, 0x3f82);  // tie -> even (up)
+  EXPECT_EQ(tokpos::kernels::to_bf16(std::bit_cast<float>(0x3f808001u)).bits, 0x3f81);
+  EXPECT_TRUE(std::isnan(tokpos::kernels::to_f32(tokpos::kernels::to_bf16(std::nanf("")))));
+}
+
+// The backward's summation order is part of its definition (kernels.h): check
+// it against an independent loop that states it, on a row used 200 times.
+TEST(Kernels, BackwardBlocksHotRowsInFixedOrder) {
+  const int64_t D = 5, V = 3, N = 200;
+  std::vector<int64_t> rows(N, 1);
+  rows[7] = 0;
+  const auto src = noise(N * D, 15);
+  std::vector<float> want(V * D, 0.5f);
+  for (int64_t d = 0; d < D; ++d) {
+    std::vector<int64_t> list;
+    for (int64_t i = 0; i < N; ++i)
+      if (rows[i] == 1) list.push_back(i);
+    for (size_t b0 = 0; b0 < list.size(); b0 += 64) {
+      float block = src[list[b0] * D + d];
+      for (size_t k = b0 + 1; k < std::min(list.size(), b0 + 64); ++k) block += src[list[k] * D + d];
+      want[1 * D + d] += block;
+    }
+    want[0 * D + d] += src[7 * D + d];
+  }
+  for (int threads : {1, 2, 7}) {
+    tokpos::set_num_threads(threads);
+    for (const auto* k : {&tokpos::kernels::reference_kernels(), &tokpos::kernels::cpu_kernels()}) {
+      std::vector<float> grad(V * D, 0.5f);
+      k->index_add_rows(grad.data(), src.data(), rows.data(), N, V, D);
+      EXPECT_TRUE(bitwise_equal(grad, want)) << k->name << " threads " << threads;
+    }
+  }
+  tokpos::set_num_threads(0);
+}
 
 TEST(Kernels, ActiveIsTheCpuBackEnd) {
   EXPECT_STREQ(tokpos::kernels::active_kernels().name, "cpu");

@@ -74,6 +74,17 @@ class TokenEmbedding {
   std::vector<int64_t> backward(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B,
                                 int64_t T, std::optional<IdPolicy> policy = {});
 
+  // The same gradient as backward would add, as a sparse matrix (PyTorch's
+  // sparse=True): the touched rows, sorted, and their gradient rows,
+  // (rows.size(), D). Changes nothing in the module. Each value row has the
+  // same bits as backward adds to a zeroed gradient.
+  struct SparseGradient {
+    std::vector<int64_t> rows;
+    std::vector<float> values;
+  };
+  SparseGradient sparse_backward(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B, int64_t T,
+                                 std::optional<IdPolicy> policy = {}) const;
+
   // Weight tying: the table as the output projection.
   // logits (N, V) = h (N, D) . table^T. Overwrites logits.
   void logits(std::span<const float> h, int64_t N, std::span<float> logits) const;

@@ -97,6 +97,15 @@ TOKPOS_API tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, 
                                                 const float* token_table, int64_t V, const float* pos_table,
                                                 int64_t L, int64_t D);
 
+/* tokpos_compose_forward with 16-bit tables and/or a bf16 output: token and
+ * position rows are read in their own dtype, summed in float32, and stored
+ * as out_dtype (TOKPOS_DTYPE_F32, or TOKPOS_DTYPE_BF16 rounded to nearest
+ * even). Same checks and guarantees as tokpos_compose_forward. */
+TOKPOS_API tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_dtype, const int64_t* ids, int64_t B,
+                                                   int64_t T, const void* token_table, tokpos_dtype token_dtype,
+                                                   int64_t V, const void* pos_table, tokpos_dtype pos_dtype,
+                                                   int64_t L, int64_t D);
+
 /* d_token_table (V, D) += sum of d_out rows per id; d_pos_table (L, D) += sum over b
  * of d_out[b, t] at row t. d_pos_table may be NULL. Only rows that appear are
  * touched. Bitwise identical for any thread count. Checks everything first. */

@@ -240,6 +240,32 @@ tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, int64_t B, 
   });
 }
 
+tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_dtype, const int64_t* ids, int64_t B, int64_t T,
+                                        const void* token_table, tokpos_dtype token_dtype, int64_t V,
+                                        const void* pos_table, tokpos_dtype pos_dtype, int64_t L, int64_t D) {
+  constexpr const char* fn = "tokpos_compose_forward_ex";
+  return guard(fn, [&] {
+    auto check_dtype = [&](const char* name, tokpos_dtype d, tokpos_dtype max) {
+      if (d < TOKPOS_DTYPE_F32 || d > max) {
+        fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ", static_cast<int>(max),
+             "]");
+      }
+    };
+    check_dtype("out_dtype", out_dtype, TOKPOS_DTYPE_BF16);
+    check_dtype("token_dtype", token_dtype, TOKPOS_DTYPE_F16);
+    check_dtype("pos_dtype", pos_dtype, TOKPOS_DTYPE_F16);
+    const int64_t N = check_compose(fn, ids, B, T, V, L, D);
+    if (N == 0) return;
+    span_of(fn, "out", static_cast<char*>(out), N);
+    span_of(fn, "token_table", static_cast<const char*>(token_table), 1);
+    span_of(fn, "pos_table", static_cast<const char*>(pos_table), 1);
+    using tokpos::kernels::Elem;
+    tokpos::kernels::active_kernels().compose_forward_mixed(
+        out, static_cast<Elem>(out_dtype), ids, token_table, static_cast<Elem>(token_dtype), V, 0, pos_table,
+        static_cast<Elem>(pos_dtype), nullptr, 0, B, T, D);
+  });
+}
+
 tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, const float* d_out,
                                       const int64_t* ids, int64_t B, int64_t T, int64_t V, int64_t L,
                                       int64_t D) {

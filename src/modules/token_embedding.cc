@@ -151,6 +151,33 @@ std::vector<int64_t> TokenEmbedding::backward(std::span<const float> d_out, std:
   return touched;
 }
 
+TokenEmbedding::SparseGradient TokenEmbedding::sparse_backward(std::span<const float> d_out,
+                                                              std::span<const int64_t> ids, int64_t B, int64_t T,
+                                                              std::optional<IdPolicy> policy) const {
+  constexpr const char* kWhere = "TokenEmbedding::sparse_backward";
+  auto rows = resolve_ids(ids, B, T, policy, kWhere);
+  detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
+  SparseGradient g;
+  if (frozen_) return g;
+  if (padding_idx_) {
+    for (auto& r : rows) r = (r == *padding_idx_) ? -1 : r;
+  }
+  g.rows = rows;
+  std::sort(g.rows.begin(), g.rows.end());
+  g.rows.erase(std::unique(g.rows.begin(), g.rows.end()), g.rows.end());
+  if (!g.rows.empty() && g.rows.front() < 0) g.rows.erase(g.rows.begin());
+  // Index each source by its position among the touched rows, then the same
+  // kernel as the dense backward, into a zeroed (U, D) buffer.
+  for (auto& r : rows) {
+    if (r >= 0) r = std::lower_bound(g.rows.begin(), g.rows.end(), r) - g.rows.begin();
+  }
+  const auto U = static_cast<int64_t>(g.rows.size());
+  g.values = detail::make_buffer<float>(kWhere, "sparse gradient", detail::checked_mul(kWhere, "U*D", U, D_));
+  kernels::active_kernels().index_add_rows(g.values.data(), d_out.data(), rows.data(),
+                                           static_cast<int64_t>(rows.size()), U, D_);
+  return g;
+}
+
 void TokenEmbedding::logits(std::span<const float> h, int64_t N, std::span<float> out) const {
   constexpr const char* kWhere = "TokenEmbedding::logits";
   detail::check_at_least(kWhere, "N", N, 0);

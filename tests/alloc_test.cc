@@ -1,0 +1,52 @@
+// Forward allocates nothing when the caller passes the output buffer
+// (issue 4, item 5), counted with a replaced global operator new.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "test_util.h"
+#include "tokpos/composer.h"
+#include "tokpos/threading.h"
+
+namespace {
+std::atomic<long> g_allocations{0};
+}
+
+void* operator new(std::size_t n) {
+  ++g_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+TEST(Allocation, ForwardIntoACallerBufferAllocatesNothing) {
+  for (int threads : {1, 2}) {
+    tokpos::set_num_threads(threads);
+    for (bool learned : {false, true}) {
+      std::unique_ptr<tokpos::PositionalEmbedding> pos;
+      if (learned) {
+        pos = std::make_unique<tokpos::LearnedPositionalEmbedding>(tokpos::LearnedPositionalOptions{.max_context = 512, .dim = 256});
+      } else {
+        pos = std::make_unique<tokpos::SinusoidalPositionalEmbedding>(tokpos::SinusoidalOptions{.max_context = 512, .dim = 256});
+      }
+      tokpos::EmbeddingComposer c(tokpos::TokenEmbedding({.vocab_size = 1000, .dim = 256}), std::move(pos));
+      const auto ids = tokpos::testing::ids_mod(4 * 512, 1000, 1);
+      std::vector<float> out(4 * 512 * 256);
+      c.forward(ids, 4, 512, out);  // warm up OpenMP's thread pool
+      const long before = g_allocations.load();
+      c.forward(ids, 4, 512, out);
+      c.forward(std::span(ids).first(1), 1, 1, std::span<float>(out.data(), 256), {.positions = {.start = 77}});  // decode
+      c.token().forward(ids, 4, 512, out);
+      EXPECT_EQ(g_allocations.load() - before, 0) << "threads " << threads << " learned " << learned;
+    }
+  }
+  tokpos::set_num_threads(0);
+}
+
+}  // namespace
