@@ -30,6 +30,7 @@ demo: build
 bench: build bench-deps
 	$(BUILD)/bin/tokpos_bench --benchmark_min_time=0.2
 	python3 bench/table_vs_torch.py
+	python3 bench/side_by_side.py
 
 bench-deps:
 	@python3 -c "import torch, numpy" 2>/dev/null || { echo "bench: installing torch and numpy with pip"; python3 -m pip install torch numpy; }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "tokpos/composer.h"
 #include "tokpos/position_table.h"
 #include "tokpos/random.h"
 #include "tokpos/sinusoidal.h"
@@ -76,6 +77,26 @@ void BM_IndexAddRows(benchmark::State& state, const tokpos::kernels::KernelTable
   }
   // d_out read + touched gradient rows read and written.
   state.SetBytesProcessed(state.iterations() * s.B * s.T * s.D * 4 * 3);
+}
+
+// A decode step: one token, D = 4096 (Llama-2-7B width), through the module
+// API (validation included), with the output buffer provided.
+void BM_DecodeStep(benchmark::State& state) {
+  static tokpos::EmbeddingComposer model(
+      tokpos::TokenEmbedding({.vocab_size = 32000, .dim = 4096}),
+      std::make_unique<tokpos::SinusoidalPositionalEmbedding>(tokpos::SinusoidalOptions{.max_context = 4096, .dim = 4096}));
+  std::vector<float> out(4096);
+  int64_t id = 1, pos = 0;
+  const bool cached = state.range(0) == 1;  // 1: the same rows every step, so they stay in cache
+  for (auto _ : state) {
+    if (!cached) {
+      id = (id * 1103515245 + 12345) % 32000;  // a different row each step, as in decoding
+      pos = (pos + 1) % 4096;
+    }
+    model.forward(std::span<const int64_t>(&id, 1), 1, 1, out, {.positions = {.start = pos}});
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * 4096 * 4 * 2);
 }
 
 // Every id the same: the hot-row case of the backward.
@@ -155,6 +176,7 @@ BENCHMARK_CAPTURE(BM_IndexAddHotRow, reference, &tokpos::kernels::reference_kern
     ->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_IndexAddHotRow, cpu, &tokpos::kernels::cpu_kernels())
     ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeStep)->Arg(0)->Arg(1)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_SinusoidalTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PositionTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""The input stage side by side, in ONE run, at the same thread counts:
+
+  tokpos        fused forward (tokpos_compose_forward) and deterministic backward (tokpos_compose_backward), via ctypes
+  torch eager   wte(ids) + wpe(arange(T)) with nn.Embedding, and its backward (out.backward(g))
+  numpy         np.take(wte, ids, axis=0) + wpe[:T]   (forward only)
+  copy          a parallel copy of the output's bytes (torch Tensor.copy_), the bandwidth line
+
+for GPT-2 small, a decode step, a Llama-2-7B-like shape and a hot-row case.
+Each (implementation, shape, threads) runs in its own process, so its peak RSS
+is its own. Prints medians and ratios, checks issue 4's targets, and writes
+bench/results.json.
+
+    python3 bench/side_by_side.py [--lib build/lib/libtokpos.so] [--quick]
+"""
+import argparse
+import ctypes
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHAPES = {
+    "gpt2": dict(V=50257, D=768, L=1024, B=8, T=1024, hot=False),
+    "decode": dict(V=32000, D=4096, L=4096, B=1, T=1, hot=False),
+    "llama2-7b": dict(V=32000, D=4096, L=4096, B=1, T=2048, hot=False),
+    "hot-row": dict(V=50257, D=768, L=1024, B=8, T=1024, hot=True),
+}
+IMPLS = ["tokpos", "torch", "numpy", "copy"]
+
+
+def rss_now_kb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def median_ms(fn, reps):
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def worker(impl, shape_name, threads, lib_path, quick):
+    import numpy as np
+    s = SHAPES[shape_name]
+    V, D, L, B, T = s["V"], s["D"], s["L"], s["B"], s["T"]
+    N = B * T
+    reps = 200 if N == 1 else (5 if quick else 15)
+    rng = np.random.default_rng(0)
+    ids = np.full((B, T), 42, dtype=np.int64) if s["hot"] else rng.integers(0, V, size=(B, T), dtype=np.int64)
+    result = dict(impl=impl, shape=shape_name, threads=threads, fwd_ms=None, bwd_ms=None)
+    if impl in ("torch", "copy"):
+        import torch
+        torch.set_num_threads(threads)
+    if impl == "tokpos":
+        lib = ctypes.CDLL(lib_path)
+        lib.tokpos_set_num_threads(threads)
+        wte = rng.standard_normal((V, D), dtype=np.float32)
+        wpe = rng.standard_normal((L, D), dtype=np.float32)
+        out = np.empty((B, T, D), dtype=np.float32)
+        d_out = rng.standard_normal((B, T, D), dtype=np.float32)
+        g_wte = np.zeros((V, D), dtype=np.float32)
+        g_wpe = np.zeros((L, D), dtype=np.float32)
+        p = lambda a: ctypes.c_void_p(a.ctypes.data)
+        i64 = ctypes.c_int64
+        base = rss_now_kb()
+        fwd = lambda: lib.tokpos_compose_forward(p(out), p(ids), i64(B), i64(T), p(wte), i64(V), p(wpe), i64(L), i64(D))
+        bwd = lambda: lib.tokpos_compose_backward(p(g_wte), p(g_wpe), p(d_out), p(ids), i64(B), i64(T), i64(V), i64(L),
+                                                  i64(D))
+        assert fwd() == 0 and bwd() == 0
+        result["fwd_ms"] = median_ms(fwd, reps)
+        result["bwd_ms"] = median_ms(bwd, max(3, reps // 2))
+    elif impl == "torch":
+        import torch
+        wte = torch.nn.Embedding(V, D)
+        wpe = torch.nn.Embedding(L, D)
+        tids = torch.from_numpy(ids)
+        pos = torch.arange(T)
+        g = torch.randn(B, T, D)
+        base = rss_now_kb()
+        with torch.no_grad():
+            result["fwd_ms"] = median_ms(lambda: wte(tids) + wpe(pos), reps)
+
+        def bwd_once():
+            wte.weight.grad = None
+            wpe.weight.grad = None
+            out = wte(tids) + wpe(pos)
+            t0 = time.perf_counter()
+            out.backward(g)
+            return time.perf_counter() - t0
+        bwd_once()
+        result["bwd_ms"] = statistics.median(bwd_once() for _ in range(max(3, reps // 2))) * 1e3
+    elif impl == "numpy":
+        wte = rng.standard_normal((V, D), dtype=np.float32)
+        wpe = rng.standard_normal((L, D), dtype=np.float32)
+        base = rss_now_kb()
+        result["fwd_ms"] = median_ms(lambda: np.take(wte, ids, axis=0) + wpe[:T], reps)
+    else:  # copy
+        import torch
+        src = torch.randn(B, T, D)
+        dst = torch.empty(B, T, D)
+        base = rss_now_kb()
+        result["fwd_ms"] = median_ms(lambda: dst.copy_(src), reps)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result["peak_rss_mb"] = peak / 1024
+    result["peak_above_setup_mb"] = max(0, peak - base) / 1024
+    print(json.dumps(result))
+
+
+def cpu_line():
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default=os.path.join(HERE, "..", "build", "lib", "libtokpos.so"))
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--worker", nargs=3, metavar=("IMPL", "SHAPE", "THREADS"))
+    args = ap.parse_args()
+    lib = os.path.abspath(args.lib)
+    if args.worker:
+        return worker(args.worker[0], args.worker[1], int(args.worker[2]), lib, args.quick)
+
+    import numpy
+    import torch
+    rows = []
+    total = len(SHAPES) * 2 * len(IMPLS)
+    print(f"side by side: {total} runs, each in its own process (progress below)", file=sys.stderr)
+    for shape in SHAPES:
+        for threads in (1, 2):
+            for impl in IMPLS:
+                cmd = [sys.executable, __file__, "--lib", lib, "--worker", impl, shape, str(threads)]
+                if args.quick:
+                    cmd.append("--quick")
+                out = subprocess.run(cmd, capture_output=True, text=True)
+                if out.returncode != 0:
+                    raise SystemExit(f"{impl} {shape} {threads}: {out.stderr}")
+                rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(f"  [{len(rows)}/{total}] {shape} threads={threads} {impl} done", file=sys.stderr)
+
+    def get(shape, threads, impl):
+        return next(r for r in rows if r["shape"] == shape and r["threads"] == threads and r["impl"] == impl)
+
+    print(f"\nCPU: {cpu_line()}; torch {torch.__version__}; numpy {numpy.__version__}")
+    print(f"{'shape':<10} {'thr':>3}  {'impl':<7} {'fwd ms':>9} {'bwd ms':>9} {'fwd/tokpos':>10} "
+          f"{'bwd/tokpos':>10} {'peak RSS MB':>11} {'above setup':>11}")
+    for shape in SHAPES:
+        for threads in (1, 2):
+            t = get(shape, threads, "tokpos")
+            for impl in IMPLS:
+                r = get(shape, threads, impl)
+                fr = f"{r['fwd_ms'] / t['fwd_ms']:.2f}x" if r["fwd_ms"] else "-"
+                br = f"{r['bwd_ms'] / t['bwd_ms']:.2f}x" if r["bwd_ms"] else "-"
+                bwd = f"{r['bwd_ms']:.3f}" if r["bwd_ms"] is not None else "-"
+                print(f"{shape:<10} {threads:>3}  {impl:<7} {r['fwd_ms']:>9.3f} {bwd:>9} {fr:>10} {br:>10} "
+                      f"{r['peak_rss_mb']:>11.0f} {r['peak_above_setup_mb']:>11.0f}")
+
+    print("\ntargets (issue 4), per shape with B*T >= 1024 and each thread count:")
+    checks = []
+    for shape, s in SHAPES.items():
+        for threads in (1, 2):
+            t, pt, cp = get(shape, threads, "tokpos"), get(shape, threads, "torch"), get(shape, threads, "copy")
+            if s["B"] * s["T"] >= 1024:
+                checks.append((f"{shape} t={threads} forward >= 2x faster than torch", pt["fwd_ms"] / t["fwd_ms"], 2.0, ">="))
+                checks.append((f"{shape} t={threads} forward <= 1.2x the parallel copy", t["fwd_ms"] / cp["fwd_ms"], 1.2, "<="))
+                checks.append((f"{shape} t={threads} backward >= 5x faster than torch", pt["bwd_ms"] / t["bwd_ms"], 5.0, ">="))
+    for name, value, bound, op in checks:
+        ok = value >= bound if op == ">=" else value <= bound
+        print(f"  {'met    ' if ok else 'NOT met'}  {name}: {value:.2f} (target {op} {bound})")
+    for threads in (1, 2):
+        d = get("decode", threads, "tokpos")
+        print(f"  decode (B = T = 1, D = 4096) forward, {threads} thread(s): {d['fwd_ms'] * 1000:.2f} us per call "
+              f"through ctypes (the call overhead of Python is included)")
+    with open(os.path.join(HERE, "results.json"), "w") as f:
+        json.dump(dict(cpu=cpu_line(), torch=torch.__version__, numpy=numpy.__version__, rows=rows,
+                       targets=[dict(name=n, value=v, bound=b, op=o, met=(v >= b if o == ">=" else v <= b))
+                                for n, v, b, o in checks]), f, indent=1)
+    print(f"\nwrote {os.path.relpath(os.path.join(HERE, 'results.json'))}")
+
+
+if __name__ == "__main__":
+    main()
