@@ -144,17 +144,40 @@ void add_row(float* grad_row, const float* block, int64_t D) {
 }
 
 void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int64_t N, int64_t V, int64_t D) {
-  // The plan, O(N + V) scratch (never V x D): a stable counting sort of the
-  // sources by row, so each row's sources are contiguous and in increasing i.
-  std::vector<int64_t> start(static_cast<size_t>(V) + 1, 0), order(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i)
-    if (rows[i] >= 0) ++start[rows[i] + 1];
-  for (int64_t v = 0; v < V; ++v) start[v + 1] += start[v];
-  {
+  // The plan (never V x D scratch): the sources sorted stably by row, so each
+  // row's sources are contiguous and in increasing i, and the touched rows in
+  // order with their ranges. Counting sort, O(N + V), when V is not much
+  // larger than N; otherwise a comparison sort, O(N log N), so a decode step
+  // does not pay for the whole vocabulary.
+  std::vector<int64_t> order, touched_rows, touched_start;
+  order.reserve(static_cast<size_t>(N));
+  if (V <= 4 * N) {
+    std::vector<int64_t> start(static_cast<size_t>(V) + 1, 0);
+    for (int64_t i = 0; i < N; ++i)
+      if (rows[i] >= 0) ++start[rows[i] + 1];
+    for (int64_t v = 0; v < V; ++v) start[v + 1] += start[v];
+    order.resize(static_cast<size_t>(start[V]));
     std::vector<int64_t> fill(start.begin(), start.end() - 1);
     for (int64_t i = 0; i < N; ++i)
       if (rows[i] >= 0) order[fill[rows[i]]++] = i;
+    for (int64_t v = 0; v < V; ++v) {
+      if (start[v + 1] > start[v]) {
+        touched_rows.push_back(v);
+        touched_start.push_back(start[v]);
+      }
+    }
+  } else {
+    for (int64_t i = 0; i < N; ++i)
+      if (rows[i] >= 0) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows[a] < rows[b]; });
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (k == 0 || rows[order[k]] != rows[order[k - 1]]) {
+        touched_rows.push_back(rows[order[k]]);
+        touched_start.push_back(static_cast<int64_t>(k));
+      }
+    }
   }
+  touched_start.push_back(static_cast<int64_t>(order.size()));
   // Blocks of kRowBlock sources. A row with one block is summed and added by
   // one task; a hot row's blocks are summed in parallel into scratch, then
   // added to the row in block order (split by columns across threads).
@@ -162,20 +185,20 @@ void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int6
     int64_t row, k0, k1, slot;  // slot >= 0: a hot row's partial sum lives in scratch[slot]
   };
   std::vector<Block> blocks;
-  std::vector<int64_t> hot_rows, hot_first_slot;
+  std::vector<int64_t> hot_rows, hot_first_slot, hot_blocks;
   int64_t slots = 0;
-  for (int64_t v = 0; v < V; ++v) {
-    const int64_t k0 = start[v], k1 = start[v + 1];
-    if (k1 == k0) continue;
+  for (size_t g = 0; g + 1 < touched_start.size(); ++g) {
+    const int64_t v = touched_rows[g], k0 = touched_start[g], k1 = touched_start[g + 1];
     if (k1 - k0 <= kRowBlock) {
       blocks.push_back({v, k0, k1, -1});
       continue;
     }
     hot_rows.push_back(v);
     hot_first_slot.push_back(slots);
+    hot_blocks.push_back((k1 - k0 + kRowBlock - 1) / kRowBlock);
     for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock) blocks.push_back({v, b0, std::min(k1, b0 + kRowBlock), slots++});
   }
-  const int nt = detail::threads_for(N * D);
+  const int nt = N <= kDecodeTokens ? 1 : detail::threads_for(N * D);
   std::vector<float> scratch(static_cast<size_t>((slots + nt) * D));  // hot partial sums + one row per thread
   const auto nb = static_cast<int64_t>(blocks.size());
 #pragma omp parallel num_threads(nt)
@@ -205,8 +228,8 @@ void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int6
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < hot * chunks; ++item) {
       const int64_t h = item / chunks, c0 = (item % chunks) * col_chunk, len = std::min(col_chunk, D - c0);
-      const int64_t v = hot_rows[h], nblocks = (start[v + 1] - start[v] + kRowBlock - 1) / kRowBlock;
-      for (int64_t q = 0; q < nblocks; ++q) {
+      const int64_t v = hot_rows[h];
+      for (int64_t q = 0; q < hot_blocks[h]; ++q) {
         add_row(grad + v * D + c0, scratch.data() + (hot_first_slot[h] + q) * D + c0, len);
       }
     }
