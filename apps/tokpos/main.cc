@@ -1,12 +1,14 @@
 // tokpos: the command-line tool. Subcommands:
 //   demo   the seed lesson's diagnostics on one piece of text
 //   table  an exact position table, in any published layout, as .npy
+//   embed  a real checkpoint's input stage (GPT-2, BERT) on given token ids
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <iostream>
 #include <limits>
 
 #include "demo.h"
+#include "embed.h"
 #include "table.h"
 #include "tokpos/error.h"
 #include "tokpos/tokpos.h"
@@ -68,6 +70,30 @@ int main(int argc, char** argv) {
   table_cmd->add_option("--relative", table.relative, "Also report the relative-position fit at offset K")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 26));
 
+  tokpos::app::EmbedCommand embed;
+  CLI::App* embed_cmd =
+      app.add_subcommand("embed", "Run a checkpoint's input stage (GPT-2 or BERT) on token ids");
+  embed_cmd->add_option("--weights", embed.weights, "FILE.safetensors")->required();
+  embed_cmd->add_option("--preset", embed.preset, "gpt2|bert")
+      ->check(CLI::IsMember({"gpt2", "bert"}))
+      ->capture_default_str();
+  embed_cmd->add_option("--ids", embed.ids, "Token ids, e.g. 101,7592,2088,102 (batch rows separated by ';')")
+      ->required();
+  embed_cmd->add_option("--token-types", embed.token_types,
+                        "bert: segment ids, same shape as --ids (default 0)");
+  embed_cmd->add_option("--mask", embed.mask,
+                        "gpt2: attention mask over past + current tokens, for left padding");
+  embed_cmd->add_option("--past", embed.past, "gpt2: tokens already in the cache")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  embed_cmd
+      ->add_option(
+          "--map", embed.map,
+          "ROLE=NAME: read a role (wte, wpe, word, position, token_type, ln_weight, ln_bias) from NAME")
+      ->delimiter(',');
+  embed_cmd->add_option("--eps", embed.eps, "bert: LayerNorm eps")->capture_default_str();
+  embed_cmd->add_flag("--no-layer-norm", embed.no_layer_norm, "bert: stop at the sum before LayerNorm");
+  embed_cmd->add_option("--out", embed.out, "Write the (B, T, D) output as FILE.npy");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -77,6 +103,7 @@ int main(int argc, char** argv) {
   try {
     if (*demo_cmd) tokpos::app::run_demo(demo, std::cout);
     if (*table_cmd) tokpos::app::run_table(table, std::cout);
+    if (*embed_cmd) tokpos::app::run_embed(embed, std::cout);
   } catch (const tokpos::Error& e) {
     std::cerr << "tokpos: error: " << e.what() << "\n";
     return 1;

@@ -82,8 +82,8 @@ class TokenEmbedding {
     std::vector<int64_t> rows;
     std::vector<float> values;
   };
-  SparseGradient sparse_backward(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B, int64_t T,
-                                 std::optional<IdPolicy> policy = {}) const;
+  SparseGradient sparse_backward(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B,
+                                 int64_t T, std::optional<IdPolicy> policy = {}) const;
 
   // Weight tying: the table as the output projection.
   // logits (N, V) = h (N, D) . table^T. Overwrites logits.

@@ -101,10 +101,10 @@ TOKPOS_API tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, 
  * position rows are read in their own dtype, summed in float32, and stored
  * as out_dtype (TOKPOS_DTYPE_F32, or TOKPOS_DTYPE_BF16 rounded to nearest
  * even). Same checks and guarantees as tokpos_compose_forward. */
-TOKPOS_API tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_dtype, const int64_t* ids, int64_t B,
-                                                   int64_t T, const void* token_table, tokpos_dtype token_dtype,
-                                                   int64_t V, const void* pos_table, tokpos_dtype pos_dtype,
-                                                   int64_t L, int64_t D);
+TOKPOS_API tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_dtype, const int64_t* ids,
+                                                   int64_t B, int64_t T, const void* token_table,
+                                                   tokpos_dtype token_dtype, int64_t V, const void* pos_table,
+                                                   tokpos_dtype pos_dtype, int64_t L, int64_t D);
 
 /* d_token_table (V, D) += sum of d_out rows per id; d_pos_table (L, D) += sum over b
  * of d_out[b, t] at row t. d_pos_table may be NULL. Only rows that appear are

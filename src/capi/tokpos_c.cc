@@ -240,15 +240,16 @@ tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, int64_t B, 
   });
 }
 
-tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_dtype, const int64_t* ids, int64_t B, int64_t T,
-                                        const void* token_table, tokpos_dtype token_dtype, int64_t V,
-                                        const void* pos_table, tokpos_dtype pos_dtype, int64_t L, int64_t D) {
+tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_dtype, const int64_t* ids, int64_t B,
+                                        int64_t T, const void* token_table, tokpos_dtype token_dtype,
+                                        int64_t V, const void* pos_table, tokpos_dtype pos_dtype, int64_t L,
+                                        int64_t D) {
   constexpr const char* fn = "tokpos_compose_forward_ex";
   return guard(fn, [&] {
     auto check_dtype = [&](const char* name, tokpos_dtype d, tokpos_dtype max) {
       if (d < TOKPOS_DTYPE_F32 || d > max) {
-        fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ", static_cast<int>(max),
-             "]");
+        fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ",
+             static_cast<int>(max), "]");
       }
     };
     check_dtype("out_dtype", out_dtype, TOKPOS_DTYPE_BF16);

@@ -1,14 +1,11 @@
 #include "tokpos/npy.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "common/check.h"
+#include "io/atomic_file.h"
 
 namespace tokpos {
 namespace {
@@ -21,10 +18,6 @@ size_t item_size(const char* where, const std::string& descr) {
   if (descr == "<f8" || descr == "<i8" || descr == "<u8") return 8;
   if (descr == "|u1" || descr == "|i1") return 1;
   detail::fail(Status::kInvalidArgument, where, "unsupported dtype descr '", descr, "'");
-}
-
-std::string os_error(int err) {
-  return std::strerror(err);
 }
 
 }  // namespace
@@ -53,39 +46,18 @@ void write_npy(const std::string& path, const std::string& descr, const std::vec
   header.push_back('\n');
   if (header.size() > 65535) detail::fail(Status::kInvalidArgument, kWhere, path, ": header too long");
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    detail::fail(Status::kInvalidArgument, kWhere, "cannot write ", path, ": creating ", tmp, ": ",
-                 os_error(errno));
-  }
-  auto write_all = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      const ssize_t w = ::write(fd, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-    return true;
-  };
-  const uint8_t version[2] = {1, 0};
-  const uint8_t len[2] = {static_cast<uint8_t>(header.size() & 0xff),
-                          static_cast<uint8_t>(header.size() >> 8)};
-  const bool ok = write_all(kMagic, 6) && write_all(version, 2) && write_all(len, 2) &&
-                  write_all(header.data(), header.size()) && write_all(data, bytes) && ::fsync(fd) == 0;
-  const int err = errno;
-  if (::close(fd) != 0 || !ok) {
-    ::unlink(tmp.c_str());
-    detail::fail(Status::kInvalidArgument, kWhere, "cannot write ", path, ": ", os_error(ok ? errno : err),
-                 " (the previous file, if any, is unchanged)");
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rerr = errno;
-    ::unlink(tmp.c_str());
-    detail::fail(Status::kInvalidArgument, kWhere, "cannot rename ", tmp, " to ", path, ": ", os_error(rerr));
-  }
+  const uint8_t preamble[10] = {0x93,
+                                'N',
+                                'U',
+                                'M',
+                                'P',
+                                'Y',
+                                1,
+                                0,
+                                static_cast<uint8_t>(header.size() & 0xff),
+                                static_cast<uint8_t>(header.size() >> 8)};
+  detail::write_file_atomically(kWhere, path,
+                                {{preamble, 10}, {header.data(), header.size()}, {data, bytes}});
 }
 
 NpyArray read_npy(const std::string& path) {

@@ -44,11 +44,23 @@ using ComposeForwardMixedFn = void(void* out, Elem out_type, const int64_t* ids,
                                    Elem pos_type, const int64_t* pos_ids, int64_t start, int64_t B, int64_t T,
                                    int64_t D);
 
+// BERT's input stage, fused: for each (b, t),
+//   x = (token_table[row] + type_table[type_ids[n]]) + pos_table[pos(b, t)]
+// in exactly that order (as transformers' BertEmbeddings adds them), then, if
+// gamma is not null, LayerNorm over the row: (x - mean) / sqrt(var + eps) *
+// gamma + beta, with mean and var accumulated in double. type_ids null means
+// type 0 everywhere; type_table null means no token-type term. Overwrites out.
+using ComposeTypedFn = void(float* out, const int64_t* ids, const float* token_table, int64_t V,
+                            int64_t unk_id, const int64_t* type_ids, const float* type_table,
+                            const float* pos_table, const int64_t* pos_ids, int64_t start, const float* gamma,
+                            const float* beta, double eps, int64_t B, int64_t T, int64_t D);
+
 struct KernelTable {
   const char* name;
   ComposeForwardFn* compose_forward;
   IndexAddRowsFn* index_add_rows;
   ComposeForwardMixedFn* compose_forward_mixed;
+  ComposeTypedFn* compose_typed;
 };
 
 const KernelTable& reference_kernels();

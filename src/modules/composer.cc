@@ -26,6 +26,7 @@ void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t
   const int64_t D = token_.dim();
   detail::check_size(kWhere, "out", out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D));
   if (B == 0 || T == 0) return;
+  if (types_ || (layer_norm_ && o.layer_norm)) return forward_typed(ids, B, T, out, o);
   const IdPolicy& policy = o.id_policy ? *o.id_policy : token_.id_policy();
   const auto& kernel = kernels::active_kernels().compose_forward;
   const int64_t* pos_ids = o.positions.ids.empty() ? nullptr : o.positions.ids.data();
@@ -63,6 +64,53 @@ void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t
          remapped.data(), 0, B, T, D);
 }
 
+void EmbeddingComposer::forward_typed(std::span<const int64_t> ids, int64_t B, int64_t T,
+                                      std::span<float> out, const ComposeOptions& o) const {
+  constexpr const char* kWhere = "EmbeddingComposer::forward";
+  const int64_t* type_ids = nullptr;
+  if (!o.token_type_ids.empty()) {
+    if (!types_)
+      detail::fail(Status::kInvalidArgument, kWhere,
+                   "token_type_ids given but the composer has no token-type table");
+    types_->check_ids(o.token_type_ids, B, T, IdPolicy::error(), kWhere);
+    type_ids = o.token_type_ids.data();
+  }
+  if (position_->needs_rows(o.positions.start, o.positions.start + T)) {
+    detail::fail(Status::kInvalidArgument, kWhere,
+                 "token types and LayerNorm need positions inside the table");
+  }
+  const IdPolicy& policy = o.id_policy ? *o.id_policy : token_.id_policy();
+  const LayerNormParams* ln = (layer_norm_ && o.layer_norm) ? &*layer_norm_ : nullptr;
+  kernels::active_kernels().compose_typed(
+      out.data(), ids.data(), token_.table().data(), token_.vocab_size(), policy.unk_id, type_ids,
+      types_ ? types_->table().data() : nullptr, position_->table().data(),
+      o.positions.ids.empty() ? nullptr : o.positions.ids.data(), o.positions.start,
+      ln ? ln->gamma.data() : nullptr, ln ? ln->beta.data() : nullptr, ln ? ln->eps : 0.0, B, T,
+      token_.dim());
+}
+
+void EmbeddingComposer::set_token_types(TokenEmbedding types) {
+  if (types.dim() != token_.dim()) {
+    detail::fail(Status::kShapeMismatch, "EmbeddingComposer::set_token_types",
+                 "token-type dim D = ", types.dim(), " differs from token dim D = ", token_.dim());
+  }
+  types_ = std::move(types);
+}
+
+void EmbeddingComposer::set_layer_norm(LayerNormParams params) {
+  constexpr const char* kWhere = "EmbeddingComposer::set_layer_norm";
+  detail::check_size(kWhere, "gamma", params.gamma.size(), token_.dim());
+  detail::check_size(kWhere, "beta", params.beta.size(), token_.dim());
+  if (!(params.eps > 0.0))
+    detail::fail(Status::kInvalidArgument, kWhere, "eps = ", params.eps, " must be > 0");
+  layer_norm_ = std::move(params);
+}
+
+int64_t EmbeddingComposer::num_parameters() const {
+  return token_.num_parameters() + position_->num_parameters() + (types_ ? types_->num_parameters() : 0) +
+         (layer_norm_ ? 2 * token_.dim() : 0);
+}
+
 std::vector<float> EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t T,
                                               const ComposeOptions& o) const {
   constexpr const char* kWhere = "EmbeddingComposer::forward";
@@ -76,6 +124,14 @@ std::vector<float> EmbeddingComposer::forward(std::span<const int64_t> ids, int6
 std::vector<int64_t> EmbeddingComposer::backward(std::span<const float> d_out, std::span<const int64_t> ids,
                                                  int64_t B, int64_t T, const ComposeOptions& o) {
   constexpr const char* kWhere = "EmbeddingComposer::backward";
+  if (layer_norm_ && o.layer_norm) {
+    detail::fail(Status::kInvalidArgument, kWhere,
+                 "backward through the fused LayerNorm is not implemented; pass layer_norm = false and "
+                 "differentiate the LayerNorm in your framework");
+  }
+  if (types_) {
+    detail::fail(Status::kInvalidArgument, kWhere, "backward with a token-type table is not implemented yet");
+  }
   // Check both halves before either gradient changes.
   token_.check_ids(ids, B, T, o.id_policy, kWhere);
   position_->check_positions(B, T, o.positions, kWhere);

@@ -152,8 +152,9 @@ std::vector<int64_t> TokenEmbedding::backward(std::span<const float> d_out, std:
 }
 
 TokenEmbedding::SparseGradient TokenEmbedding::sparse_backward(std::span<const float> d_out,
-                                                              std::span<const int64_t> ids, int64_t B, int64_t T,
-                                                              std::optional<IdPolicy> policy) const {
+                                                               std::span<const int64_t> ids, int64_t B,
+                                                               int64_t T,
+                                                               std::optional<IdPolicy> policy) const {
   constexpr const char* kWhere = "TokenEmbedding::sparse_backward";
   auto rows = resolve_ids(ids, B, T, policy, kWhere);
   detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));

@@ -14,8 +14,12 @@ struct f16_t {
   uint16_t bits;
 };
 
-inline float to_f32(float x) { return x; }
-inline float to_f32(bf16_t x) { return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16); }
+inline float to_f32(float x) {
+  return x;
+}
+inline float to_f32(bf16_t x) {
+  return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16);
+}
 inline float to_f32(f16_t x) {
   // Shift exponent and mantissa into float position: that value is x * 2^-112
   // for normals and subnormals alike, so one multiplication finishes it.

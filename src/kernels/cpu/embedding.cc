@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "common/parallel.h"
@@ -65,30 +66,35 @@ __attribute__((always_inline)) inline void rows(void* out_v, const int64_t* ids,
 }
 
 template <typename Tok, typename Pos>
-__attribute__((always_inline)) inline void rows_out(void* out, Elem out_type, const int64_t* ids, const void* tok,
-                                                    int64_t V, int64_t unk, const void* pos, const int64_t* pos_ids,
-                                                    int64_t start, int64_t T, int64_t D, int64_t n0, int64_t n1) {
-  if (out_type == Elem::kF32) return rows<Tok, Pos, float>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+__attribute__((always_inline)) inline void rows_out(void* out, Elem out_type, const int64_t* ids,
+                                                    const void* tok, int64_t V, int64_t unk, const void* pos,
+                                                    const int64_t* pos_ids, int64_t start, int64_t T,
+                                                    int64_t D, int64_t n0, int64_t n1) {
+  if (out_type == Elem::kF32)
+    return rows<Tok, Pos, float>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
   rows<Tok, Pos, bf16_t>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
 }
 
 template <typename Tok>
-__attribute__((always_inline)) inline void rows_pos(void* out, Elem out_type, const int64_t* ids, const void* tok,
-                                                    int64_t V, int64_t unk, const void* pos, Elem pos_type,
-                                                    const int64_t* pos_ids, int64_t start, int64_t T, int64_t D,
-                                                    int64_t n0, int64_t n1) {
+__attribute__((always_inline)) inline void rows_pos(void* out, Elem out_type, const int64_t* ids,
+                                                    const void* tok, int64_t V, int64_t unk, const void* pos,
+                                                    Elem pos_type, const int64_t* pos_ids, int64_t start,
+                                                    int64_t T, int64_t D, int64_t n0, int64_t n1) {
   switch (pos_type) {
-    case Elem::kF32: return rows_out<Tok, float>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
-    case Elem::kBF16: return rows_out<Tok, bf16_t>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
-    case Elem::kF16: return rows_out<Tok, f16_t>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+    case Elem::kF32:
+      return rows_out<Tok, float>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+    case Elem::kBF16:
+      return rows_out<Tok, bf16_t>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+    case Elem::kF16:
+      return rows_out<Tok, f16_t>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
   }
 }
 
 // One dispatch point per ISA; the type switch runs once per range, not per element.
 TOKPOS_KERNEL_CLONES
 void compose_range(void* out, Elem out_type, const int64_t* ids, const void* tok, Elem tok_type, int64_t V,
-                   int64_t unk, const void* pos, Elem pos_type, const int64_t* pos_ids, int64_t start, int64_t T,
-                   int64_t D, int64_t n0, int64_t n1) {
+                   int64_t unk, const void* pos, Elem pos_type, const int64_t* pos_ids, int64_t start,
+                   int64_t T, int64_t D, int64_t n0, int64_t n1) {
   switch (tok_type) {
     case Elem::kF32:
       return rows_pos<float>(out, out_type, ids, tok, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1);
@@ -112,8 +118,8 @@ void compose_forward_mixed_cpu(void* out, Elem out_type, const int64_t* ids, con
 #pragma omp parallel num_threads(nt)
   {
     const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
-    compose_range(out, out_type, ids, tok, tok_type, V, unk, pos, pos_type, pos_ids, start, T, D, N * k / team,
-                  N * (k + 1) / team);
+    compose_range(out, out_type, ids, tok, tok_type, V, unk, pos, pos_type, pos_ids, start, T, D,
+                  N * k / team, N * (k + 1) / team);
   }
 }
 
@@ -196,7 +202,8 @@ void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int6
     hot_rows.push_back(v);
     hot_first_slot.push_back(slots);
     hot_blocks.push_back((k1 - k0 + kRowBlock - 1) / kRowBlock);
-    for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock) blocks.push_back({v, b0, std::min(k1, b0 + kRowBlock), slots++});
+    for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock)
+      blocks.push_back({v, b0, std::min(k1, b0 + kRowBlock), slots++});
   }
   const int nt = N <= kDecodeTokens ? 1 : detail::threads_for(N * D);
   std::vector<float> scratch(static_cast<size_t>((slots + nt) * D));  // hot partial sums + one row per thread
@@ -236,10 +243,61 @@ void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int6
   }
 }
 
+TOKPOS_KERNEL_CLONES
+void typed_rows(float* out, const int64_t* ids, const float* tok, int64_t V, int64_t unk_id,
+                const int64_t* type_ids, const float* types, const float* pos, const int64_t* pos_ids,
+                int64_t start, const float* gamma, const float* beta, double eps, int64_t T, int64_t D,
+                int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    if (n + kPrefetchAhead < n1 && ids[n + kPrefetchAhead] >= 0 && ids[n + kPrefetchAhead] < V) {
+      prefetch_row(tok + ids[n + kPrefetchAhead] * D, D * 4);
+    }
+    const int64_t ix = (ids[n] >= 0 && ids[n] < V) ? ids[n] : unk_id,
+                  p = pos_ids ? pos_ids[n] : start + n % T;
+    const float* __restrict w = tok + ix * D;
+    const float* __restrict ps = pos + p * D;
+    float* __restrict x = out + n * D;
+    if (types != nullptr) {
+      const float* __restrict ty = types + (type_ids ? type_ids[n] : 0) * D;
+      for (int64_t d = 0; d < D; ++d) x[d] = (w[d] + ty[d]) + ps[d];
+    } else {
+      for (int64_t d = 0; d < D; ++d) x[d] = w[d] + ps[d];
+    }
+    if (gamma == nullptr) continue;
+    // The row is in L1 now: LayerNorm in the same pass, statistics in double
+    // (the same order as the reference, so the same bits).
+    double mean = 0, var = 0;
+    for (int64_t d = 0; d < D; ++d) mean += x[d];
+    mean /= static_cast<double>(D);
+    for (int64_t d = 0; d < D; ++d) var += (x[d] - mean) * (x[d] - mean);
+    var /= static_cast<double>(D);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t d = 0; d < D; ++d) x[d] = static_cast<float>((x[d] - mean) * inv * gamma[d] + beta[d]);
+  }
+}
+
+void compose_typed_cpu(float* out, const int64_t* ids, const float* tok, int64_t V, int64_t unk_id,
+                       const int64_t* type_ids, const float* types, const float* pos, const int64_t* pos_ids,
+                       int64_t start, const float* gamma, const float* beta, double eps, int64_t B, int64_t T,
+                       int64_t D) {
+  const int64_t N = B * T;
+  const int nt = N <= kDecodeTokens ? 1 : detail::threads_for(N * D * 4);
+  if (nt == 1)
+    return typed_rows(out, ids, tok, V, unk_id, type_ids, types, pos, pos_ids, start, gamma, beta, eps, T, D,
+                      0, N);
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
+    typed_rows(out, ids, tok, V, unk_id, type_ids, types, pos, pos_ids, start, gamma, beta, eps, T, D,
+               N * k / team, N * (k + 1) / team);
+  }
+}
+
 }  // namespace
 
 const KernelTable& cpu_kernels() {
-  static const KernelTable table{"cpu", compose_forward_cpu, index_add_rows_cpu, compose_forward_mixed_cpu};
+  static const KernelTable table{"cpu", compose_forward_cpu, index_add_rows_cpu, compose_forward_mixed_cpu,
+                                 compose_typed_cpu};
   return table;
 }
 

@@ -1,5 +1,6 @@
 // Reference kernels: the plainest loops that state the definition.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels/cpu/convert.h"
@@ -32,8 +33,8 @@ void compose_forward_ref(float* out, const int64_t* ids, const float* token_tabl
 }
 
 template <typename Tok, typename Pos, typename Out>
-void mixed_ref(void* out_v, const int64_t* ids, const void* tok_v, int64_t V, int64_t unk_id, const void* pos_v,
-               const int64_t* pos_ids, int64_t start, int64_t B, int64_t T, int64_t D) {
+void mixed_ref(void* out_v, const int64_t* ids, const void* tok_v, int64_t V, int64_t unk_id,
+               const void* pos_v, const int64_t* pos_ids, int64_t start, int64_t B, int64_t T, int64_t D) {
   auto* out = static_cast<Out*>(out_v);
   const auto* tok = static_cast<const Tok*>(tok_v);
   const auto* pos = static_cast<const Pos*>(pos_v);
@@ -56,7 +57,8 @@ void mixed_ref(void* out_v, const int64_t* ids, const void* tok_v, int64_t V, in
 template <typename Tok, typename Pos>
 void mixed_out(void* out, Elem out_type, const int64_t* ids, const void* tok, int64_t V, int64_t unk_id,
                const void* pos, const int64_t* pos_ids, int64_t start, int64_t B, int64_t T, int64_t D) {
-  if (out_type == Elem::kF32) return mixed_ref<Tok, Pos, float>(out, ids, tok, V, unk_id, pos, pos_ids, start, B, T, D);
+  if (out_type == Elem::kF32)
+    return mixed_ref<Tok, Pos, float>(out, ids, tok, V, unk_id, pos, pos_ids, start, B, T, D);
   mixed_ref<Tok, Pos, bf16_t>(out, ids, tok, V, unk_id, pos, pos_ids, start, B, T, D);
 }
 
@@ -65,19 +67,25 @@ void mixed_pos(void* out, Elem out_type, const int64_t* ids, const void* tok, in
                const void* pos, Elem pos_type, const int64_t* pos_ids, int64_t start, int64_t B, int64_t T,
                int64_t D) {
   switch (pos_type) {
-    case Elem::kF32: return mixed_out<Tok, float>(out, out_type, ids, tok, V, unk_id, pos, pos_ids, start, B, T, D);
-    case Elem::kBF16: return mixed_out<Tok, bf16_t>(out, out_type, ids, tok, V, unk_id, pos, pos_ids, start, B, T, D);
-    case Elem::kF16: return mixed_out<Tok, f16_t>(out, out_type, ids, tok, V, unk_id, pos, pos_ids, start, B, T, D);
+    case Elem::kF32:
+      return mixed_out<Tok, float>(out, out_type, ids, tok, V, unk_id, pos, pos_ids, start, B, T, D);
+    case Elem::kBF16:
+      return mixed_out<Tok, bf16_t>(out, out_type, ids, tok, V, unk_id, pos, pos_ids, start, B, T, D);
+    case Elem::kF16:
+      return mixed_out<Tok, f16_t>(out, out_type, ids, tok, V, unk_id, pos, pos_ids, start, B, T, D);
   }
 }
 
 void compose_forward_mixed_ref(void* out, Elem out_type, const int64_t* ids, const void* tok, Elem tok_type,
-                               int64_t V, int64_t unk_id, const void* pos, Elem pos_type, const int64_t* pos_ids,
-                               int64_t start, int64_t B, int64_t T, int64_t D) {
+                               int64_t V, int64_t unk_id, const void* pos, Elem pos_type,
+                               const int64_t* pos_ids, int64_t start, int64_t B, int64_t T, int64_t D) {
   switch (tok_type) {
-    case Elem::kF32: return mixed_pos<float>(out, out_type, ids, tok, V, unk_id, pos, pos_type, pos_ids, start, B, T, D);
-    case Elem::kBF16: return mixed_pos<bf16_t>(out, out_type, ids, tok, V, unk_id, pos, pos_type, pos_ids, start, B, T, D);
-    case Elem::kF16: return mixed_pos<f16_t>(out, out_type, ids, tok, V, unk_id, pos, pos_type, pos_ids, start, B, T, D);
+    case Elem::kF32:
+      return mixed_pos<float>(out, out_type, ids, tok, V, unk_id, pos, pos_type, pos_ids, start, B, T, D);
+    case Elem::kBF16:
+      return mixed_pos<bf16_t>(out, out_type, ids, tok, V, unk_id, pos, pos_type, pos_ids, start, B, T, D);
+    case Elem::kF16:
+      return mixed_pos<f16_t>(out, out_type, ids, tok, V, unk_id, pos, pos_type, pos_ids, start, B, T, D);
   }
 }
 
@@ -99,10 +107,35 @@ void index_add_rows_ref(float* grad, const float* src, const int64_t* rows, int6
   }
 }
 
+void compose_typed_ref(float* out, const int64_t* ids, const float* tok, int64_t V, int64_t unk_id,
+                       const int64_t* type_ids, const float* types, const float* pos, const int64_t* pos_ids,
+                       int64_t start, const float* gamma, const float* beta, double eps, int64_t B, int64_t T,
+                       int64_t D) {
+  for (int64_t n = 0; n < B * T; ++n) {
+    const int64_t ix = row_of(ids, n, V, unk_id), p = pos_ids ? pos_ids[n] : start + n % T;
+    const int64_t ty = type_ids ? type_ids[n] : 0;
+    float* x = out + n * D;
+    for (int64_t d = 0; d < D; ++d) {
+      float v = tok[ix * D + d];
+      if (types) v = v + types[ty * D + d];
+      x[d] = v + pos[p * D + d];
+    }
+    if (gamma == nullptr) continue;
+    double mean = 0, var = 0;
+    for (int64_t d = 0; d < D; ++d) mean += x[d];
+    mean /= static_cast<double>(D);
+    for (int64_t d = 0; d < D; ++d) var += (x[d] - mean) * (x[d] - mean);
+    var /= static_cast<double>(D);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t d = 0; d < D; ++d) x[d] = static_cast<float>((x[d] - mean) * inv * gamma[d] + beta[d]);
+  }
+}
+
 }  // namespace
 
 const KernelTable& reference_kernels() {
-  static const KernelTable table{"reference", compose_forward_ref, index_add_rows_ref, compose_forward_mixed_ref};
+  static const KernelTable table{"reference", compose_forward_ref, index_add_rows_ref,
+                                 compose_forward_mixed_ref, compose_typed_ref};
   return table;
 }
 

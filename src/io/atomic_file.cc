@@ -1,0 +1,49 @@
+#include "io/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/check.h"
+
+namespace tokpos::detail {
+
+void write_file_atomically(const char* where, const std::string& path,
+                           const std::vector<std::pair<const void*, size_t>>& pieces) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    fail(Status::kInvalidArgument, where, "cannot write ", path, ": creating ", tmp, ": ",
+         std::strerror(errno));
+  int err = 0;
+  for (const auto& [data, size] : pieces) {
+    const char* c = static_cast<const char*>(data);
+    size_t n = size;
+    while (n > 0 && err == 0) {
+      const ssize_t w = ::write(fd, c, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        err = w < 0 ? errno : EIO;
+        break;
+      }
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    fail(Status::kInvalidArgument, where, "cannot write ", path, ": ", std::strerror(err),
+         " (the previous file, if any, is unchanged)");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
+    fail(Status::kInvalidArgument, where, "cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
+  }
+}
+
+}  // namespace tokpos::detail

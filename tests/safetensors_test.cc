@@ -1,0 +1,243 @@
+// safetensors reading, validation and atomic writing; the GPT-2 and BERT
+// presets; checkpoints. Each kind of bad input has a crafted file under
+// tests/data/safetensors (tools/make_bad_safetensors.py).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "test_util.h"
+#include "tokpos/checkpoint.h"
+#include "tokpos/error.h"
+#include "tokpos/presets.h"
+#include "tokpos/safetensors.h"
+
+namespace {
+
+std::string data(const std::string& name) {
+  return std::string(TOKPOS_TEST_DATA) + "/safetensors/" + name;
+}
+std::string scratch(const std::string& name) {
+  return ::testing::TempDir() + name;
+}
+
+void expect_open_error(const std::string& file, std::initializer_list<std::string> pieces) {
+  try {
+    tokpos::SafetensorsFile::open(data(file));
+    ADD_FAILURE() << file << ": no error";
+  } catch (const tokpos::Error& e) {
+    for (const auto& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+TEST(Safetensors, EveryKindOfDamageHasANamedError) {
+  expect_open_error("truncated.safetensors", {"tensor 'w'", "outside the data area"});
+  expect_open_error("too_short.safetensors", {"truncated", "8-byte header length"});
+  expect_open_error("header_past_end.safetensors", {"header length 4096 runs past the end"});
+  expect_open_error("unknown_dtype.safetensors", {"unknown dtype 'F99'"});
+  expect_open_error("shape_mismatch.safetensors", {"tensor 'w' shape needs 6 x 4 bytes", "holds 16"});
+  expect_open_error("overlap.safetensors", {"overlap"});
+  expect_open_error("duplicate_name.safetensors", {"'w' appears twice"});
+  expect_open_error("not_json.safetensors", {"not valid JSON"});
+  try {
+    tokpos::SafetensorsFile::open(data("no-such-file.safetensors"));
+    FAIL();
+  } catch (const tokpos::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos);
+  }
+}
+
+TEST(Safetensors, RoundTripAllDtypesAndZeroCopyViews) {
+  const std::vector<float> f = {1.5f, -2.0f, 0.25f, 8.0f, 3.0f, -0.5f};
+  const std::vector<uint16_t> h = {0x3c00, 0xc000};   // f16 1.0, -2.0
+  const std::vector<uint16_t> bf = {0x3f80, 0x4040};  // bf16 1.0, 3.0
+  const std::vector<int64_t> ids = {0, 1, 2};
+  const auto path = scratch("rt.safetensors");
+  tokpos::write_safetensors(path,
+                            {{"b.f32", "F32", {2, 3}, f.data(), 24},
+                             {"a.f16", "F16", {2}, h.data(), 4},
+                             {"c.bf16", "BF16", {2}, bf.data(), 4},
+                             {"d.ids", "I64", {3}, ids.data(), 24}},
+                            {{"format", "pt"}});
+  const auto file = tokpos::SafetensorsFile::open(path);
+  EXPECT_EQ(file.names(), (std::vector<std::string>{"a.f16", "b.f32", "c.bf16", "d.ids"}));
+  EXPECT_EQ(file.metadata().at("format"), "pt");
+  EXPECT_EQ(file.info("b.f32").shape, (std::vector<int64_t>{2, 3}));
+  const auto view = file.view_f32("b.f32");
+  EXPECT_EQ(std::vector<float>(view.begin(), view.end()), f);
+  EXPECT_EQ(file.read_f32("a.f16"), (std::vector<float>{1.0f, -2.0f}));
+  EXPECT_EQ(file.read_f32("c.bf16"), (std::vector<float>{1.0f, 3.0f}));
+  EXPECT_THROW(file.read_f32("d.ids"), tokpos::Error);  // tables must be float types
+  EXPECT_THROW(file.view_f32("a.f16"), tokpos::Error);
+  // Zero-copy: the view points into the mapped bytes.
+  EXPECT_EQ(static_cast<const void*>(view.data()), static_cast<const void*>(file.bytes("b.f32").data()));
+  // Reading a missing tensor names it.
+  try {
+    file.info("missing");
+    FAIL();
+  } catch (const tokpos::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no tensor named 'missing'"), std::string::npos);
+  }
+}
+
+TEST(Safetensors, FailedWritesLeaveThePreviousFileIntact) {
+  const auto path = scratch("keep.safetensors");
+  const std::vector<float> v = {1, 2};
+  tokpos::write_safetensors(path, {{"x", "F32", {2}, v.data(), 8}});
+  // Bad requests fail before touching the file.
+  EXPECT_THROW(tokpos::write_safetensors(path, {{"x", "F32", {3}, v.data(), 8}}), tokpos::Error);
+  EXPECT_THROW(
+      tokpos::write_safetensors(path, {{"x", "F32", {2}, v.data(), 8}, {"x", "F32", {2}, v.data(), 8}}),
+      tokpos::Error);
+  EXPECT_THROW(tokpos::write_safetensors(path, {{"x", "Q7", {2}, v.data(), 8}}), tokpos::Error);
+  // A failure during the write itself: the target is a directory, so the rename fails.
+  const auto dir = scratch("is_a_dir.safetensors");
+  ::mkdir(dir.c_str(), 0755);
+  std::ofstream(dir + "/occupied") << "x";
+  EXPECT_THROW(tokpos::write_safetensors(dir, {{"x", "F32", {2}, v.data(), 8}}), tokpos::Error);
+  const auto file = tokpos::SafetensorsFile::open(path);
+  EXPECT_EQ(file.read_f32("x"), v);
+}
+
+TEST(Presets, Gpt2FromATinyCheckpoint) {
+  const auto file = tokpos::SafetensorsFile::open(data("tiny_gpt2.safetensors"));
+  auto model = tokpos::gpt2_from_safetensors(file);
+  EXPECT_EQ(model.token().vocab_size(), 5);
+  EXPECT_EQ(model.position().max_context(), 3);
+  const auto out = model.forward(std::vector<int64_t>{4, 0}, 1, 2);
+  for (int64_t d = 0; d < 4; ++d) {
+    EXPECT_EQ(out[d], (16 + d) / 64.0f + (-d / 32.0f));     // wte[4] + wpe[0]
+    EXPECT_EQ(out[4 + d], d / 64.0f + (-(4 + d) / 32.0f));  // wte[0] + wpe[1]
+  }
+  // The tied head: logits = h . wte^T.
+  const auto logits = model.token().logits(std::span(out).first(4), 1);
+  double want = 0;
+  for (int64_t d = 0; d < 4; ++d) want += static_cast<double>(out[d]) * ((8 + d) / 64.0);
+  EXPECT_NEAR(logits[2], want, 1e-6);
+  // Missing and mis-shaped tensors are named.
+  try {
+    tokpos::gpt2_from_safetensors(tokpos::SafetensorsFile::open(data("gpt2_bad_width.safetensors")));
+    FAIL();
+  } catch (const tokpos::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'wpe.weight' has shape [3, 3] but the gpt2 preset needs [rows, 4]"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    tokpos::bert_from_safetensors(file);
+    FAIL();
+  } catch (const tokpos::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing tensor 'embeddings.word_embeddings.weight'"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(tokpos::gpt2_from_safetensors(file, {{"wte", "nope"}}), tokpos::Error);
+}
+
+TEST(Presets, Gpt2PositionIdsForLeftPaddedBatches) {
+  // Two rows, the first left-padded by two: positions restart at the first real token, pads read 1.
+  const std::vector<int64_t> mask = {0, 0, 1, 1, 1,  //
+                                     1, 1, 1, 1, 1};
+  EXPECT_EQ(tokpos::gpt2_position_ids(mask, 2, 5, 0), (std::vector<int64_t>{1, 1, 0, 1, 2, 0, 1, 2, 3, 4}));
+  // Decoding one new token after 4 cached ones: the mask covers past + current.
+  EXPECT_EQ(tokpos::gpt2_position_ids(mask, 2, 1, 4), (std::vector<int64_t>{2, 4}));
+  EXPECT_THROW(tokpos::gpt2_position_ids(std::vector<int64_t>{0, 2}, 1, 2, 0), tokpos::Error);
+  EXPECT_THROW(tokpos::gpt2_position_ids(mask, 2, 4, 0), tokpos::Error);  // wrong mask size
+}
+
+TEST(Presets, BertSumsInTransformersOrderThenLayerNorms) {
+  const auto file = tokpos::SafetensorsFile::open(data("tiny_bert.safetensors"));  // names carry "bert."
+  auto model = tokpos::bert_from_safetensors(file, 1e-12);
+  const std::vector<int64_t> ids = {5, 0, 3}, types = {0, 1, 1};
+  const auto word = file.read_f32("bert.embeddings.word_embeddings.weight");
+  const auto pos = file.read_f32("bert.embeddings.position_embeddings.weight");
+  const auto ty = file.read_f32("bert.embeddings.token_type_embeddings.weight");
+  const auto g = file.read_f32("bert.embeddings.LayerNorm.weight"),
+             b = file.read_f32("bert.embeddings.LayerNorm.bias");
+  const auto sum = model.forward(ids, 1, 3, {.token_type_ids = types, .layer_norm = false});
+  const auto out = model.forward(ids, 1, 3, {.token_type_ids = types});
+  for (int64_t t = 0; t < 3; ++t) {
+    double mean = 0, var = 0;
+    for (int64_t d = 0; d < 4; ++d) {
+      const float x = (word[ids[t] * 4 + d] + ty[types[t] * 4 + d]) + pos[t * 4 + d];
+      EXPECT_EQ(sum[t * 4 + d], x);
+      mean += x / 4.0;
+    }
+    for (int64_t d = 0; d < 4; ++d) var += (sum[t * 4 + d] - mean) * (sum[t * 4 + d] - mean) / 4.0;
+    for (int64_t d = 0; d < 4; ++d)
+      EXPECT_NEAR(out[t * 4 + d], (sum[t * 4 + d] - mean) / std::sqrt(var + 1e-12) * g[d] + b[d], 1e-6);
+  }
+  // Default token types are 0; a type id past the table is an error; positions start at 0.
+  const auto zero_types = model.forward(ids, 1, 3, {.layer_norm = false});
+  EXPECT_EQ(zero_types[0], (word[5 * 4] + ty[0]) + pos[0]);
+  EXPECT_THROW(model.forward(ids, 1, 3, {.token_type_ids = std::vector<int64_t>{0, 2, 0}}), tokpos::Error);
+  EXPECT_THROW(model.backward(sum, ids, 1, 3), tokpos::Error);  // no backward through the fused LayerNorm
+}
+
+TEST(Presets, TypedKernelMatchesReferenceAcrossThreads) {
+  const int64_t V = 300, D = 96, L = 600, B = 3, T = 500, N = B * T;
+  const auto tok = tokpos::testing::noise(V * D, 1), pos = tokpos::testing::noise(L * D, 2),
+             types = tokpos::testing::noise(2 * D, 3), gamma = tokpos::testing::noise(D, 4),
+             beta = tokpos::testing::noise(D, 5);
+  const auto ids = tokpos::testing::ids_mod(N, V, 6), tids = tokpos::testing::ids_mod(N, 2, 7);
+  std::vector<float> a(N * D), b(N * D);
+  tokpos::kernels::reference_kernels().compose_typed(a.data(), ids.data(), tok.data(), V, 0, tids.data(),
+                                                     types.data(), pos.data(), nullptr, 0, gamma.data(),
+                                                     beta.data(), 1e-5, B, T, D);
+  tokpos::kernels::cpu_kernels().compose_typed(b.data(), ids.data(), tok.data(), V, 0, tids.data(),
+                                               types.data(), pos.data(), nullptr, 0, gamma.data(),
+                                               beta.data(), 1e-5, B, T, D);
+  EXPECT_TRUE(tokpos::testing::bitwise_equal(a, b));
+}
+
+TEST(Checkpoint, SaveAndLoadParametersAndGradients) {
+  auto make = [](uint64_t seed) {
+    return tokpos::EmbeddingComposer(
+        tokpos::TokenEmbedding({.vocab_size = 40, .dim = 6, .seed = seed}),
+        std::make_unique<tokpos::LearnedPositionalEmbedding>(
+            tokpos::LearnedPositionalOptions{.max_context = 10, .dim = 6, .seed = seed}));
+  };
+  auto a = make(1);
+  a.backward(tokpos::testing::noise(4 * 6, 8), std::vector<int64_t>{1, 2, 3, 1}, 1, 4);
+  const auto path = scratch("ckpt.safetensors");
+  tokpos::save_checkpoint(path, a, true);
+  auto b = make(2);
+  tokpos::load_checkpoint(path, b, true);
+  auto eq = [](std::span<const float> x, std::span<const float> y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size_bytes()) == 0;
+  };
+  EXPECT_TRUE(eq(a.token().table(), b.token().table()));
+  EXPECT_TRUE(eq(a.position().table(), b.position().table()));
+  EXPECT_TRUE(eq(a.token().grad(), b.token().grad()));
+  EXPECT_TRUE(eq(a.position().grad(), b.position().grad()));
+  // A checkpoint of another shape is refused, and the model is left as it was.
+  auto c = tokpos::EmbeddingComposer(
+      tokpos::TokenEmbedding({.vocab_size = 41, .dim = 6, .seed = 3}),
+      std::make_unique<tokpos::LearnedPositionalEmbedding>(
+          tokpos::LearnedPositionalOptions{.max_context = 10, .dim = 6, .seed = 3}));
+  const std::vector<float> before(c.position().table().begin(), c.position().table().end());
+  EXPECT_THROW(tokpos::load_checkpoint(path, c), tokpos::Error);
+  EXPECT_TRUE(eq(c.position().table(), before));
+}
+
+TEST(Checkpoint, SingleModulesToo) {
+  tokpos::TokenEmbedding a({.vocab_size = 12, .dim = 3, .seed = 4}),
+      b({.vocab_size = 12, .dim = 3, .seed = 5});
+  a.backward(tokpos::testing::noise(2 * 3, 9), std::vector<int64_t>{3, 7}, 1, 2);
+  const auto path = scratch("token.safetensors");
+  tokpos::save_checkpoint(path, a, true);
+  tokpos::load_checkpoint(path, b, true);
+  EXPECT_TRUE(std::equal(a.table().begin(), a.table().end(), b.table().begin()));
+  EXPECT_TRUE(std::equal(a.grad().begin(), a.grad().end(), b.grad().begin()));
+  tokpos::LearnedPositionalEmbedding p({.max_context = 8, .dim = 3, .seed = 1}),
+      q({.max_context = 9, .dim = 3});
+  tokpos::save_checkpoint(path, p);
+  EXPECT_THROW(tokpos::load_checkpoint(path, q), tokpos::Error);  // 8 rows into 9
+}
+
+}  // namespace
