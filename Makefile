@@ -25,6 +25,9 @@ test: build
 
 demo: build
 	$(BUILD)/bin/tokpos demo
+	@echo
+	$(BUILD)/bin/tokpos plot --out out
+	@echo "pictures: $(CURDIR)/out/*.png (and .svg)"
 
 # Microbenchmarks (GB/s), then the side-by-side runs against PyTorch, which
 # need torch and numpy from pip (installed here if missing).

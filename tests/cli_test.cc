@@ -241,6 +241,17 @@ TEST(Cli, EmbedRejectsBadInput) {
   }
 }
 
+TEST(Cli, PlotWritesPicturesAndRejectsABadOut) {
+  const auto dir = scratch("cli_plots");
+  const auto r = run("plot --dim 16 --context 32 --out " + dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("wrote " + dir + "/lookup.png"), std::string::npos) << r.out;
+  const auto bad = run("plot --out /dev/null/plots");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("cannot create --out directory"), std::string::npos) << bad.out;
+  EXPECT_NE(run("plot --dim 1").status, 0);
+}
+
 TEST(Cli, Version) {
   const auto r = run("--version");
   EXPECT_EQ(r.status, 0);

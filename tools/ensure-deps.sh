@@ -9,8 +9,9 @@ set -euo pipefail
 #   libgtest-dev                 : the C++ test suite (GoogleTest, run through ctest)
 #   libbenchmark-dev             : `make bench` microbenchmarks (Google Benchmark)
 #   libcli11-dev                 : command-line parsing for the `tokpos` tool
-#   nlohmann-json3-dev           : `tokpos demo --json` output (and, later, safetensors headers)
-required=(cmake make g++ pkg-config libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev "$@")
+#   nlohmann-json3-dev           : `tokpos demo --json` output and safetensors headers
+#   libcairo2-dev, fonts-dejavu-core : `tokpos plot` pictures (PNG and SVG, real text rendering)
+required=(cmake make g++ pkg-config libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libcairo2-dev fonts-dejavu-core "$@")
 
 missing=()
 for pkg in "${required[@]}"; do

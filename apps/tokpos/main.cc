@@ -2,6 +2,7 @@
 //   demo   the seed lesson's diagnostics on one piece of text
 //   table  an exact position table, in any published layout, as .npy
 //   embed  a real checkpoint's input stage (GPT-2, BERT) on given token ids
+//   plot   the diagnostics as pictures (PNG and SVG)
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <iostream>
@@ -9,6 +10,7 @@
 
 #include "demo.h"
 #include "embed.h"
+#include "plots.h"
 #include "table.h"
 #include "tokpos/error.h"
 #include "tokpos/tokpos.h"
@@ -94,6 +96,19 @@ int main(int argc, char** argv) {
   embed_cmd->add_flag("--no-layer-norm", embed.no_layer_norm, "bert: stop at the sum before LayerNorm");
   embed_cmd->add_option("--out", embed.out, "Write the (B, T, D) output as FILE.npy");
 
+  tokpos::plot::PlotOptions plot;
+  CLI::App* plot_cmd = app.add_subcommand("plot", "Draw the diagnostics as PNG and SVG pictures");
+  plot_cmd->add_option("--dim", plot.dim, "Width D (also draws D/2 for the wavelength bands)")
+      ->check(CLI::Range(int64_t{2}, int64_t{4096}))->capture_default_str();
+  plot_cmd->add_option("--context", plot.context, "Positions L")->check(CLI::Range(int64_t{2}, int64_t{2048}))->capture_default_str();
+  plot_cmd->add_option("--base", plot.base, "Sinusoidal base")
+      ->check(CLI::Range(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()))->capture_default_str();
+  plot_cmd->add_option("--layout", plot.layout, "interleaved|halves|fairseq|t2t|ggml")
+      ->check(CLI::IsMember({"interleaved", "halves", "fairseq", "t2t", "ggml"}))->capture_default_str();
+  plot_cmd->add_option("--out", plot.out, "Output directory (created if missing)")->capture_default_str();
+  plot_cmd->add_option("--text", plot.text, "Text of the lookup example")->capture_default_str();
+  plot_cmd->add_option("--seed", plot.seed, "Seed of the learned table")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -104,6 +119,7 @@ int main(int argc, char** argv) {
     if (*demo_cmd) tokpos::app::run_demo(demo, std::cout);
     if (*table_cmd) tokpos::app::run_table(table, std::cout);
     if (*embed_cmd) tokpos::app::run_embed(embed, std::cout);
+    if (*plot_cmd) tokpos::plot::make_plots(plot, std::cout);
   } catch (const tokpos::Error& e) {
     std::cerr << "tokpos: error: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,56 @@
+// A small charting layer over Cairo: heatmaps, axes with ticks, colour bars,
+// lines, bars and text. Each figure is one draw function on a cairo_t, so the
+// same code renders the PNG and the SVG.
+#pragma once
+
+#include <cairo.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tokpos::plot {
+
+struct Rect {
+  double x, y, w, h;
+};
+struct Rgb {
+  double r, g, b;
+};
+
+// Diverging map for signed data: blue (-1) -> white (0) -> red (+1), linear in each half.
+Rgb diverging(double v, double vmax);
+inline constexpr Rgb kBlue{0.13, 0.40, 0.67}, kRed{0.70, 0.09, 0.17}, kGrey{0.45, 0.45, 0.45};
+
+enum class Align { kLeft, kCenter, kRight };
+void text(cairo_t* cr, double x, double y, const std::string& s, double size, Align align = Align::kLeft,
+          bool bold = false, double angle = 0, Rgb color = {0.1, 0.1, 0.1});
+
+// rows x cols values drawn into r, row 0 at the top, each value one cell.
+void heatmap(cairo_t* cr, Rect r, const std::vector<float>& values, int rows, int cols, double vmax);
+// A vertical colour bar from -vmax to vmax with ticks.
+void colorbar(cairo_t* cr, Rect r, double vmax, const std::string& label);
+
+// Axes for a plot area: frame, ticks, tick labels, axis labels. The mapping
+// from data to pixels is linear, or logarithmic in y.
+struct Axes {
+  Rect area;
+  double x0, x1, y0, y1;
+  bool log_y = false;
+  double px(double x) const;
+  double py(double y) const;
+};
+void draw_axes(cairo_t* cr, const Axes& a, const std::string& xlabel, const std::string& ylabel,
+               const std::vector<double>& xticks, const std::vector<double>& yticks);
+// Heatmap axes: integer ticks along rows (y) and columns (x) of a heatmap rect.
+void heatmap_axes(cairo_t* cr, Rect r, int rows, int cols, const std::string& xlabel, const std::string& ylabel);
+
+std::vector<double> nice_ticks(double lo, double hi, int target);
+std::string tick_label(double v);
+
+// Renders draw(cr) into a w x h PNG and SVG under dir/name.{png,svg}, each
+// written atomically. Throws tokpos::Error naming the file on failure.
+void save_figure(const std::string& dir, const std::string& name, int w, int h,
+                 const std::function<void(cairo_t*)>& draw);
+
+}  // namespace tokpos::plot

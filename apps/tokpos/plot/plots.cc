@@ -1,0 +1,233 @@
+#include "plots.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "tokpos/composer.h"
+#include "tokpos/diagnostics.h"
+#include "tokpos/error.h"
+#include "tokpos/position_table.h"
+#include "tokpos/tokenizer.h"
+
+namespace tokpos::plot {
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+void title(cairo_t* cr, const std::string& main, const std::string& sub) {
+  text(cr, kWidth / 2.0, 24, main, 18, Align::kCenter, true);
+  text(cr, kWidth / 2.0, 50, sub, 13, Align::kCenter, false, 0, kGrey);
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::abs(x)));
+  return m > 0 ? m : 1.0;
+}
+
+void ensure_directory(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) throw Error(Status::kInvalidArgument, "tokpos plot: --out '" + dir + "' is a file, not a directory");
+    return;
+  }
+  // Create it and any missing parents.
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos == dir.size() || dir[pos] == '/') {
+      const std::string part = dir.substr(0, pos);
+      if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
+        throw Error(Status::kInvalidArgument, "tokpos plot: cannot create --out directory '" + part + "': " + std::strerror(errno));
+      }
+    }
+  }
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw Error(Status::kInvalidArgument, "tokpos plot: --out '" + dir + "' is not a directory");
+  }
+}
+
+void table_figure(cairo_t* cr, const std::vector<float>& t, int64_t L, int64_t D, double vmax, const std::string& main,
+                  const std::string& sub) {
+  title(cr, main, sub);
+  heatmap(cr, kTableRect, t, static_cast<int>(L), static_cast<int>(D), vmax);
+  heatmap_axes(cr, kTableRect, static_cast<int>(L), static_cast<int>(D), "dimension i", "position p");
+  colorbar(cr, {kTableRect.x + kTableRect.w + 20, kTableRect.y, 22, kTableRect.h}, vmax, "value");
+}
+
+}  // namespace
+
+std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
+  const auto layout = parse_layout(o.layout);
+  if (!layout) throw Error(Status::kInvalidArgument, "tokpos plot: unknown --layout '" + o.layout + "'");
+  if (o.dim < 2 || o.dim > 4096) throw Error(Status::kInvalidArgument, "tokpos plot: --dim " + std::to_string(o.dim) + " is outside [2, 4096]");
+  if (o.context < 2 || o.context > 2048) {
+    throw Error(Status::kInvalidArgument, "tokpos plot: --context " + std::to_string(o.context) + " is outside [2, 2048]");
+  }
+  const int64_t L = o.context, D = o.dim;
+  const TableOptions topt{.layout = *layout, .base = o.base};
+  const auto sinus = position_table(L, D, 0, topt);  // validates base
+  LearnedPositionalEmbedding learned({.max_context = L, .dim = D, .seed = o.seed});
+  const std::vector<float> learned_t(learned.table().begin(), learned.table().end());
+  ensure_directory(o.out);
+
+  std::vector<PlotFile> files;
+  auto save = [&](const std::string& name, const std::string& caption, const std::function<void(cairo_t*)>& draw) {
+    save_figure(o.out, name, kWidth, kHeight, draw);
+    files.push_back({name, caption});
+    log << "wrote " << o.out << "/" << name << ".png and .svg (" << kWidth << "x" << kHeight << "): " << caption << "\n";
+  };
+
+  const std::string shape = "L = " + std::to_string(L) + " positions x D = " + std::to_string(D);
+  save("position_table", "row 0 alternates sin 0 = 0 (white) and cos 0 = 1 (red); fast columns on the left, slow on the right",
+       [&](cairo_t* cr) {
+         table_figure(cr, sinus, L, D, 1.0, "Sinusoidal position table (" + o.layout + ", base " + fmt("%g", o.base) + ")",
+                      shape + ": each row is the vector added at one position");
+       });
+  const double lv = max_abs(learned_t);
+  save("learned_table", "a freshly initialised learned table is noise: no structure along positions until training",
+       [&](cairo_t* cr) {
+         table_figure(cr, learned_t, L, D, lv, "Learned position table at initialisation",
+                      shape + ", drawn from N(0, 0.02^2) with seed " + std::to_string(o.seed));
+       });
+
+  const int64_t K = L - 1;
+  const auto sim_s = cosine_by_offset(sinus, L, D, K), sim_l = cosine_by_offset(learned_t, L, D, K);
+  save("similarity_by_offset", "sinusoidal rows stay similar to near neighbours and decay smoothly; learned rows start unrelated",
+       [&](cairo_t* cr) {
+         title(cr, "Cosine similarity of P[p] and P[p+k], mean over p",
+               "how much a position's vector still resembles the one k steps later");
+         double lo = 0;
+         for (double v : sim_s) lo = std::min(lo, v);
+         for (double v : sim_l) lo = std::min(lo, v);
+         Axes a{{100, 80, 800, 470}, 0, static_cast<double>(K), std::floor(lo * 5) / 5, 1.0};
+         draw_axes(cr, a, "offset k", "cosine similarity", nice_ticks(0, static_cast<double>(K), 8),
+                   nice_ticks(a.y0, 1.0, 6));
+         auto line = [&](const std::vector<double>& ys, Rgb c) {
+           cairo_set_source_rgb(cr, c.r, c.g, c.b);
+           cairo_set_line_width(cr, 2.5);
+           for (size_t k = 0; k < ys.size(); ++k) {
+             if (k == 0) cairo_move_to(cr, a.px(0), a.py(ys[0]));
+             else cairo_line_to(cr, a.px(static_cast<double>(k)), a.py(ys[k]));
+           }
+           cairo_stroke(cr);
+         };
+         line(sim_s, kRed);
+         line(sim_l, kBlue);
+         for (int i = 0; i < 2; ++i) {  // legend
+           const Rgb c = i == 0 ? kRed : kBlue;
+           const double y = a.area.y + 24 + 24 * i, x = a.area.x + a.area.w - 230;
+           cairo_set_source_rgb(cr, c.r, c.g, c.b);
+           cairo_rectangle(cr, x, y - 2, 28, 4);
+           cairo_fill(cr);
+           text(cr, x + 36, y, i == 0 ? "sinusoidal (" + o.layout + ")" : "learned, at init", 13);
+         }
+       });
+
+  auto matrix = [&](const std::vector<float>& t) {
+    std::vector<float> m(static_cast<size_t>(L * L));
+    for (int64_t p = 0; p < L; ++p)
+      for (int64_t q = 0; q < L; ++q)
+        m[p * L + q] = static_cast<float>(cosine(std::span(t).subspan(p * D, D), std::span(t).subspan(q * D, D)));
+    return m;
+  };
+  const auto ms = matrix(sinus), ml = matrix(learned_t);
+  save("similarity_matrix", "the sinusoidal matrix has bands along the diagonal (similarity depends on p - q); the learned one only its diagonal",
+       [&](cairo_t* cr) {
+         title(cr, "Cosine similarity between every pair of positions", "cos(P[p], P[q]) for p, q < " + std::to_string(L));
+         const char* names[2] = {"sinusoidal", "learned, at init"};
+         const std::vector<float>* data[2] = {&ms, &ml};
+         for (int i = 0; i < 2; ++i) {
+           const Rect r = kMatrixRect[i];
+           text(cr, r.x + r.w / 2, r.y - 16, names[i], 15, Align::kCenter, true);
+           heatmap(cr, r, *data[i], static_cast<int>(L), static_cast<int>(L), 1.0);
+           heatmap_axes(cr, r, static_cast<int>(L), static_cast<int>(L), "position q", "position p");
+         }
+         colorbar(cr, {876, kMatrixRect[0].y, 18, kMatrixRect[0].h}, 1.0, "cosine");
+       });
+
+  const int64_t D2 = std::max<int64_t>(2, D / 2);
+  save("wavelength_bands", "halving D keeps the range of wavelengths but takes bigger steps between neighbouring pairs",
+       [&](cairo_t* cr) {
+         title(cr, "Wavelength of each sin/cos pair: D = " + std::to_string(D) + " and D = " + std::to_string(D2),
+               "pair k repeats every 2 pi / w_k positions; log scale, one band per decade");
+         const int64_t dims[2] = {D, D2};
+         double top = 10;
+         std::vector<double> waves[2];
+         for (int i = 0; i < 2; ++i) {
+           const int64_t n = num_frequency_pairs(*layout, dims[i]);
+           for (int64_t k = 0; k < n; ++k) {
+             waves[i].push_back(2 * M_PI / frequency(k, dims[i], topt));
+             top = std::max(top, waves[i].back());
+           }
+         }
+         top = std::pow(10.0, std::ceil(std::log10(top)));
+         for (int i = 0; i < 2; ++i) {
+           const double n = static_cast<double>(std::max<size_t>(waves[i].size(), 1));
+           Axes a{{90.0 + 445 * i, 90, 380, 450}, -0.5, n - 0.5, 1, top, true};
+           std::vector<double> decades;
+           for (double v = 1; v <= top * 1.0001; v *= 10) decades.push_back(v);
+           draw_axes(cr, a, "pair k", i == 0 ? "wavelength (positions)" : "", nice_ticks(0, n - 1, 5), decades);
+           for (size_t k = 0; k < waves[i].size(); ++k) {
+             const double x = a.px(static_cast<double>(k)), bw = std::max(1.0, 0.7 * a.area.w / n);
+             const double shade = std::log10(waves[i][k]) / std::log10(top);
+             cairo_set_source_rgb(cr, 0.95 - 0.8 * shade, 0.55 - 0.35 * shade, 0.25 + 0.45 * shade);
+             cairo_rectangle(cr, x - bw / 2, a.py(waves[i][k]), bw, a.area.y + a.area.h - a.py(waves[i][k]));
+             cairo_fill(cr);
+           }
+           text(cr, a.area.x + a.area.w / 2, a.area.y - 16,
+                "D = " + std::to_string(dims[i]) + ": " + std::to_string(waves[i].size()) + " pairs, x" +
+                    fmt("%.3f", waves[i].size() > 1 ? waves[i][1] / waves[i][0] : 1.0) + " per step",
+                14, Align::kCenter, true);
+         }
+       });
+
+  // The worked example: a few tokens, the rows they pick, the position rows, the sum.
+  const auto ids_all = ByteTokenizer::encode(o.text.empty() ? std::string("Hello") : o.text);
+  const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids_all.size()), std::min<int64_t>(8, L));
+  const std::vector<int64_t> ids(ids_all.begin(), ids_all.begin() + T);
+  const int64_t show = std::min<int64_t>(D, 16);
+  TokenEmbedding token({.vocab_size = ByteTokenizer::kVocabSize, .dim = D, .seed = o.seed});
+  auto cut = [&](auto row_of) {  // T rows x `show` columns
+    std::vector<float> m(static_cast<size_t>(T * show));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < show; ++d) m[t * show + d] = row_of(t)[d];
+    return m;
+  };
+  const auto tok_rows = cut([&](int64_t t) { return token.table().data() + ids[t] * D; });
+  const auto pos_rows = cut([&](int64_t t) { return sinus.data() + t * D; });
+  std::vector<float> sum_rows(tok_rows.size());
+  for (size_t k = 0; k < sum_rows.size(); ++k) sum_rows[k] = tok_rows[k] + pos_rows[k];
+  save("lookup", "each id picks one row of the token table; the row for its position is added; the sum goes to attention",
+       [&](cairo_t* cr) {
+         title(cr, "The lookup, step by step: \"" + std::string(o.text.begin(), o.text.begin() + std::min<size_t>(o.text.size(), T)) + "\"",
+               "first " + std::to_string(show) + " of D = " + std::to_string(D) + " columns; each panel has its own colour scale");
+         const double y0 = 110, h = 420, rowh = h / static_cast<double>(T);
+         for (int64_t t = 0; t < T; ++t) {  // the tokens and their ids
+           const auto byte = static_cast<char>(ids[t] - ByteTokenizer::kByteOffset);
+           std::string shown = (byte >= 32 && byte < 127) ? std::string("'") + byte + "'" : "0x" + std::to_string(ids[t] - 4);
+           text(cr, 30, y0 + rowh * (static_cast<double>(t) + 0.5), shown + "  ->  id " + std::to_string(ids[t]), 14);
+         }
+         const char* names[3] = {"token rows  table[id]", "position rows  P[t]", "sum  (input to attention)"};
+         const std::vector<float>* panels[3] = {&tok_rows, &pos_rows, &sum_rows};
+         for (int i = 0; i < 3; ++i) {
+           const Rect r{190.0 + 260 * i, y0, 200, h};
+           text(cr, r.x + r.w / 2, y0 - 22, names[i], 13, Align::kCenter, true);
+           heatmap(cr, r, *panels[i], static_cast<int>(T), static_cast<int>(show), max_abs(*panels[i]));
+           text(cr, r.x + r.w / 2, y0 + h + 20, "max |value| " + fmt("%.3g", max_abs(*panels[i])), 12, Align::kCenter, false, 0, kGrey);
+           if (i < 2) text(cr, r.x + r.w + 30, y0 + h / 2, i == 0 ? "+" : "=", 34, Align::kCenter, true);
+         }
+         text(cr, kWidth / 2.0, 600, "token rows are small (N(0, 0.02^2)), so at initialisation the position signal dominates the sum",
+              13, Align::kCenter, false, 0, kGrey);
+       });
+  return files;
+}
+
+}  // namespace tokpos::plot

@@ -1,0 +1,153 @@
+// The pictures: every file is written, is a valid PNG of the expected size,
+// and its pixels show what the data implies. Plus determinism and bad --out.
+#include <cairo.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+
+#include "plots.h"
+#include "tokpos/error.h"
+
+namespace {
+
+using tokpos::plot::kHeight;
+using tokpos::plot::kWidth;
+
+struct Image {
+  cairo_surface_t* s = nullptr;
+  explicit Image(const std::string& path) : s(cairo_image_surface_create_from_png(path.c_str())) {}
+  ~Image() { cairo_surface_destroy(s); }
+  bool ok() const { return cairo_surface_status(s) == CAIRO_STATUS_SUCCESS; }
+  int width() const { return cairo_image_surface_get_width(s); }
+  int height() const { return cairo_image_surface_get_height(s); }
+  // (r, g, b) in [0, 255] at pixel (x, y).
+  std::array<int, 3> at(double x, double y) const {
+    const auto* row = cairo_image_surface_get_data(s) + static_cast<int>(y) * cairo_image_surface_get_stride(s);
+    const uint32_t p = reinterpret_cast<const uint32_t*>(row)[static_cast<int>(x)];
+    return {static_cast<int>((p >> 16) & 255), static_cast<int>((p >> 8) & 255), static_cast<int>(p & 255)};
+  }
+};
+
+bool near(std::array<int, 3> c, tokpos::plot::Rgb want, int tol = 6) {
+  return std::abs(c[0] - std::lround(want.r * 255)) <= tol && std::abs(c[1] - std::lround(want.g * 255)) <= tol &&
+         std::abs(c[2] - std::lround(want.b * 255)) <= tol;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class Plots : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = ::testing::TempDir() + "tokpos_plots";
+    std::ostringstream log;
+    files_ = tokpos::plot::make_plots({.dim = 64, .context = 128, .out = dir_}, log);
+  }
+  static std::string path(const std::string& name) { return dir_ + "/" + name + ".png"; }
+  static std::string dir_;
+  static std::vector<tokpos::plot::PlotFile> files_;
+};
+std::string Plots::dir_;
+std::vector<tokpos::plot::PlotFile> Plots::files_;
+
+TEST_F(Plots, EveryFileIsAValidPngAndSvgOfTheExpectedSize) {
+  const std::vector<std::string> want = {"position_table", "learned_table", "similarity_by_offset",
+                                         "similarity_matrix", "wavelength_bands", "lookup"};
+  ASSERT_EQ(files_.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(files_[i].name, want[i]);
+    Image img(path(want[i]));
+    ASSERT_TRUE(img.ok()) << want[i];
+    EXPECT_EQ(img.width(), kWidth);
+    EXPECT_EQ(img.height(), kHeight);
+    EXPECT_EQ(read_all(dir_ + "/" + want[i] + ".svg").rfind("<?xml", 0), 0u) << want[i];
+  }
+}
+
+TEST_F(Plots, PositionTableRowZeroAlternatesTheColoursOf0And1) {
+  Image img(path("position_table"));
+  const auto r = tokpos::plot::kTableRect;
+  const double y = r.y + 0.5 * r.h / 128;  // the middle of row 0
+  for (int j = 0; j < 64; ++j) {
+    const auto c = img.at(r.x + (j + 0.5) * r.w / 64, y);
+    // sin(0) = 0 at even columns (white), cos(0) = 1 at odd columns (the map's red end).
+    EXPECT_TRUE(near(c, j % 2 == 0 ? tokpos::plot::Rgb{1, 1, 1} : tokpos::plot::kRed)) << "column " << j;
+  }
+  // Row 127, column 0: sin(127) = 0.972... -> close to red as well.
+  const auto last = img.at(r.x + 0.5 * r.w / 64, r.y + r.h - 0.5 * r.h / 128);
+  EXPECT_TRUE(near(last, tokpos::plot::diverging(std::sin(127.0), 1.0))) << last[0] << "," << last[1] << "," << last[2];
+}
+
+TEST_F(Plots, SimilarityMatrixShowsDiagonalAndBands) {
+  Image img(path("similarity_matrix"));
+  double learned_off = 0, sinus_near = 0;
+  for (int p = 0; p < 128; p += 9) {
+    for (int panel = 0; panel < 2; ++panel) {
+      const auto r = tokpos::plot::kMatrixRect[panel];
+      const double cell = r.w / 128;
+      EXPECT_TRUE(near(img.at(r.x + (p + 0.5) * cell, r.y + (p + 0.5) * cell), tokpos::plot::kRed)) << "diagonal " << p;
+      const int q = (p + 40) % 128;
+      const auto c = img.at(r.x + (q + 0.5) * cell, r.y + (p + 0.5) * cell);
+      const double whiteness = (c[0] + c[1] + c[2]) / (3.0 * 255);
+      if (panel == 1) learned_off += whiteness;
+      if (panel == 0) {
+        const auto n = img.at(r.x + (std::min(p + 1, 127) + 0.5) * cell, r.y + (p + 0.5) * cell);
+        sinus_near += n[0] > 150 && n[1] < 110 ? 1 : 0;  // neighbours: strongly red (cos ~ 0.97)
+      }
+    }
+  }
+  EXPECT_GT(learned_off / 15, 0.85);  // random rows: off-diagonal near 0, near white
+  EXPECT_EQ(sinus_near, 15);
+}
+
+TEST_F(Plots, WavelengthBandsDrawOneBarPerPair) {
+  Image img(path("wavelength_bands"));
+  // Count bars along a line just above each panel's x axis: 32 pairs for D = 64, 16 for D = 32.
+  const int want[2] = {32, 16};
+  for (int panel = 0; panel < 2; ++panel) {
+    const double x0 = 90.0 + 445 * panel, y = 90 + 450 - 3;
+    int bars = 0;
+    bool in_bar = false;
+    for (double x = x0 + 2; x < x0 + 378; x += 1) {
+      const auto c = img.at(x, y);
+      const bool coloured = std::abs(c[0] - c[2]) > 40 || c[0] + c[1] + c[2] < 500;
+      if (coloured && !in_bar) ++bars;
+      in_bar = coloured;
+    }
+    EXPECT_EQ(bars, want[panel]) << "panel " << panel;
+  }
+}
+
+TEST_F(Plots, SameArgumentsGiveTheSameFiles) {
+  const std::string again = ::testing::TempDir() + "tokpos_plots_again";
+  std::ostringstream log;
+  tokpos::plot::make_plots({.dim = 64, .context = 128, .out = again}, log);
+  for (const auto& f : files_) {
+    EXPECT_EQ(read_all(path(f.name)), read_all(again + "/" + f.name + ".png")) << f.name;
+  }
+}
+
+TEST(PlotErrors, BadOutIsAClearError) {
+  const std::string file = ::testing::TempDir() + "tokpos_not_a_dir";
+  std::ofstream(file) << "x";
+  std::ostringstream log;
+  auto expect = [&](const std::string& out, const char* piece) {
+    try {
+      tokpos::plot::make_plots({.dim = 8, .context = 8, .out = out}, log);
+      ADD_FAILURE() << out << ": no error";
+    } catch (const tokpos::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(piece), std::string::npos) << e.what();
+    }
+  };
+  expect(file, "is a file, not a directory");
+  expect(file + "/sub", "cannot create --out directory");
+  expect("/proc/tokpos-cannot-be-here", "cannot create --out directory");
+}
+
+}  // namespace
