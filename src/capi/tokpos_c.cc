@@ -80,10 +80,21 @@ tokpos_status guard(const char* fn, F&& body) noexcept {
   }
 }
 
+// Pointers must be aligned for their type: reading a misaligned float is
+// undefined behaviour in C and C++, so it is refused rather than risked.
+void check_aligned(const char* fn, const char* name, const void* ptr, size_t alignment) {
+  if (reinterpret_cast<uintptr_t>(ptr) % alignment != 0) {
+    fail(Status::kInvalidArgument, fn, name, " = ", ptr, " is not aligned to ", alignment, " bytes");
+  }
+}
+
 // A required pointer to count elements: NULL is an error only when count > 0.
 template <typename T>
 std::span<T> span_of(const char* fn, const char* name, T* ptr, int64_t count) {
-  if (count > 0) tokpos::detail::check_not_null(fn, name, ptr);
+  if (count > 0) {
+    tokpos::detail::check_not_null(fn, name, ptr);
+    check_aligned(fn, name, ptr, alignof(T));
+  }
   return {ptr, static_cast<size_t>(count)};
 }
 
@@ -97,6 +108,7 @@ tokpos::IdPolicy to_policy(const char* fn, tokpos_id_policy policy, int64_t unk_
   switch (policy) {
     case TOKPOS_IDS_ERROR: return tokpos::IdPolicy::error();
     case TOKPOS_IDS_MAP_TO_UNK: return tokpos::IdPolicy::map_to_unk(unk_id);
+    default: break;
   }
   fail(Status::kInvalidArgument, fn, "id policy ", static_cast<int>(policy),
        " is not TOKPOS_IDS_ERROR (0) or TOKPOS_IDS_MAP_TO_UNK (1)");
@@ -196,6 +208,7 @@ tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t 
       fail(Status::kInvalidArgument, fn, "padding_idx ", padding_idx, " must be -1 (none) or >= 0");
     checked_mul(fn, "max_context*dim", max_context, dim);
     tokpos::detail::check_not_null(fn, "out", out);
+    check_aligned(fn, "out", out, dtype == TOKPOS_DTYPE_F32 ? 4 : 2);
     tokpos::TableOptions o{
         .layout = static_cast<tokpos::Layout>(layout),
         .base = base,
@@ -257,9 +270,13 @@ tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_dtype, const
     check_dtype("pos_dtype", pos_dtype, TOKPOS_DTYPE_F16);
     const int64_t N = check_compose(fn, ids, B, T, V, L, D);
     if (N == 0) return;
+    auto size_of = [](tokpos_dtype d) { return d == TOKPOS_DTYPE_F32 ? size_t{4} : size_t{2}; };
     span_of(fn, "out", static_cast<char*>(out), N);
     span_of(fn, "token_table", static_cast<const char*>(token_table), 1);
     span_of(fn, "pos_table", static_cast<const char*>(pos_table), 1);
+    check_aligned(fn, "out", out, size_of(out_dtype));
+    check_aligned(fn, "token_table", token_table, size_of(token_dtype));
+    check_aligned(fn, "pos_table", pos_table, size_of(pos_dtype));
     using tokpos::kernels::Elem;
     tokpos::kernels::active_kernels().compose_forward_mixed(
         out, static_cast<Elem>(out_dtype), ids, token_table, static_cast<Elem>(token_dtype), V, 0, pos_table,

@@ -4,13 +4,22 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include "common/parallel.h"
 
 namespace tokpos {
 namespace {
-std::atomic<int> g_threads{0};  // 0 = every core
+// 0 = every core. TOKPOS_NUM_THREADS in the environment sets the starting value.
+int initial_threads() {
+  const char* env = std::getenv("TOKPOS_NUM_THREADS");
+  if (env == nullptr) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  return (end != env && *end == '\0' && n > 0 && n < 4096) ? static_cast<int>(n) : 0;
 }
+std::atomic<int> g_threads{initial_threads()};
+}  // namespace
 
 void set_num_threads(int n) {
   g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed);

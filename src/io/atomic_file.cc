@@ -4,11 +4,19 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "common/check.h"
 
 namespace tokpos::detail {
+
+namespace {
+std::atomic<long long> g_fail_after{-1};
+}
+
+void inject_write_failure_for_testing(long long bytes) { g_fail_after.store(bytes); }
 
 void write_file_atomically(const char* where, const std::string& path,
                            const std::vector<std::pair<const void*, size_t>>& pieces) {
@@ -18,11 +26,21 @@ void write_file_atomically(const char* where, const std::string& path,
     fail(Status::kInvalidArgument, where, "cannot write ", path, ": creating ", tmp, ": ",
          std::strerror(errno));
   int err = 0;
+  long long budget = g_fail_after.load();
   for (const auto& [data, size] : pieces) {
     const char* c = static_cast<const char*>(data);
     size_t n = size;
     while (n > 0 && err == 0) {
-      const ssize_t w = ::write(fd, c, n);
+      size_t chunk = n;
+      if (budget >= 0) {
+        if (budget == 0) {
+          err = EIO;  // the injected failure, as a full disk or a dying device would report
+          break;
+        }
+        chunk = std::min<size_t>(n, static_cast<size_t>(budget));
+      }
+      const ssize_t w = ::write(fd, c, chunk);
+      if (w > 0 && budget >= 0) budget -= w;
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
         err = w < 0 ? errno : EIO;

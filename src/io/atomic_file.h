@@ -15,4 +15,9 @@ namespace tokpos::detail {
 void write_file_atomically(const char* where, const std::string& path,
                            const std::vector<std::pair<const void*, size_t>>& pieces);
 
+// Test hook: the next atomic writes fail with EIO after `bytes` bytes have
+// reached the temporary file (negative: off). Lets tests interrupt a write
+// half-way, as a full disk would, and check that nothing was lost.
+void inject_write_failure_for_testing(long long bytes);
+
 }  // namespace tokpos::detail

@@ -168,7 +168,7 @@ struct Store<DType::kF16> {
 // Run-time dispatch (GCC ifunc): baseline x86-64 cannot vectorise these
 // loops (no 64-bit compares before SSE4.2). Every clone does the same IEEE
 // operations in the same order, so the results are identical on all of them.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(TOKPOS_NO_TARGET_CLONES)
 #define TOKPOS_CLONES __attribute__((target_clones("avx2", "sse4.2", "default")))
 #else
 #define TOKPOS_CLONES

@@ -15,7 +15,7 @@ namespace {
 
 // Run-time dispatch (GCC ifunc): wide vectors where the CPU has them, one
 // binary everywhere. Clones do the same IEEE operations in the same order.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(TOKPOS_NO_TARGET_CLONES)
 #define TOKPOS_KERNEL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TOKPOS_KERNEL_CLONES

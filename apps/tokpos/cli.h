@@ -1,0 +1,28 @@
+// The tokpos command line's structure, apart from running it, so that the
+// flag parsing can be tested and fuzzed on its own.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "demo.h"
+#include "embed.h"
+#include "plots.h"
+#include "table.h"
+
+namespace tokpos::app {
+
+struct Commands {
+  DemoOptions demo;
+  TableCommand table;
+  EmbedCommand embed;
+  plot::PlotOptions plot;
+  CLI::App* demo_cmd = nullptr;
+  CLI::App* table_cmd = nullptr;
+  CLI::App* embed_cmd = nullptr;
+  CLI::App* plot_cmd = nullptr;
+};
+
+// Adds every subcommand and flag to app, bound to the fields of c.
+void configure_cli(CLI::App& app, Commands& c);
+
+}  // namespace tokpos::app
