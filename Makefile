@@ -78,7 +78,9 @@ fuzz:
 	    -rss_limit_mb=2048 -print_final_stats=1 $(BUILD)-fuzz/corpus/$$t tests/fuzz/corpus/$$t 2>&1 | \
 	    grep -E "^(#[0-9]+.*DONE|stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY|Done)" ; \
 	  test $${PIPESTATUS[0]} -eq 0 || { echo "fuzz: $$t found a crash (input saved as crash-*)"; exit 1; }; \
-	done from each project's own formula (needs torch, numpy).
+	done
+
+# Regenerates tests/data/golden from each project's own formula (needs torch, numpy).
 golden: bench-deps
 	python3 tools/make_golden.py
 

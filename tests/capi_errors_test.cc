@@ -2,7 +2,9 @@
 // naming the value and the limit, and outputs left exactly as they were.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -189,6 +191,16 @@ TEST(CApi, HandlesRejectNullAndBadArguments) {
   expect_message({"start + T = 6 + 3"});
   EXPECT_TRUE(bitwise_equal(pout, sentinel(9 * 4)));
   tokpos_position_embedding_free(p);
+}
+
+// Found by make fuzz: hidden_dim = INT64_MAX overflowed (D + 1) / 2 (undefined
+// behaviour) and built an O(D) column map for one element. Now O(1) and defined.
+TEST(CApi, FuzzFoundHugeHiddenDimIsDefined) {
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  const float v = tokpos_pe_sinusoidal(5, 3, huge);  // cos(5 * 10000^(-2/huge)) ~ cos(5)
+  EXPECT_NEAR(v, std::cos(5.0), 1e-6);
+  EXPECT_EQ(tokpos_pe_sinusoidal(5, huge - 1, huge), tokpos_pe_sinusoidal(5, huge - 1, huge));  // deterministic
+  EXPECT_TRUE(std::isnan(tokpos_pe_sinusoidal(5, huge, huge)));
 }
 
 TEST(CApi, LastErrorIsPerThread) {

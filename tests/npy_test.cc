@@ -64,4 +64,26 @@ TEST(Npy, BadFilesAreNamed) {
   EXPECT_THROW(tokpos::read_npy(path), tokpos::Error);
 }
 
+// Found by make fuzz: a header whose shape holds garbage threw std::invalid_argument
+// (from std::stoll) instead of tokpos::Error. Kept as a regression test.
+TEST(Npy, FuzzFoundMalformedShapeIsANamedError) {
+  try {
+    tokpos::read_npy(std::string(TOKPOS_TEST_DATA) + "/npy/fuzz_shape_not_integer.npy");
+    FAIL();
+  } catch (const tokpos::Error& e) {
+    EXPECT_EQ(e.status(), tokpos::Status::kInvalidArgument);
+  }
+  const auto path = scratch("tokpos_header.npy");
+  for (const std::string header : {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }",
+                                   "{'descr': '<f4, 'fortran_order': False, 'shape': (2,), }",
+                                   "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,), }",
+                                   "{'descr': '<f4', 'fortran_order': False, 'shape': (2,"}) {
+    std::string bytes = "\x93NUMPY\x01\x00";
+    bytes.push_back(static_cast<char>(header.size()));
+    bytes.push_back('\0');
+    std::ofstream(path, std::ios::binary) << bytes << header << std::string(8, '\0');
+    EXPECT_THROW(tokpos::read_npy(path), tokpos::Error) << header;
+  }
+}
+
 }  // namespace

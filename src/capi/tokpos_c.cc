@@ -218,6 +218,8 @@ tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t 
   });
 }
 
+}  // extern "C"
+
 namespace {
 // Shared checks of tokpos_compose_forward and _backward; returns B*T.
 int64_t check_compose(const char* fn, const int64_t* ids, int64_t B, int64_t T, int64_t V, int64_t L,
@@ -237,6 +239,8 @@ int64_t check_compose(const char* fn, const int64_t* ids, int64_t B, int64_t T, 
   return N;
 }
 }  // namespace
+
+extern "C" {
 
 tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, int64_t B, int64_t T,
                                      const float* token_table, int64_t V, const float* pos_table, int64_t L,
@@ -544,6 +548,8 @@ tokpos_status tokpos_composer_create(tokpos_composer** out, const tokpos_compose
   });
 }
 
+}  // extern "C"
+
 namespace {
 tokpos::ComposeOptions compose_options(const char* fn, const int64_t* position_ids, int64_t B, int64_t T,
                                        int64_t start) {
@@ -553,6 +559,8 @@ tokpos::ComposeOptions compose_options(const char* fn, const int64_t* position_i
   return o;
 }
 }  // namespace
+
+extern "C" {
 
 tokpos_status tokpos_composer_forward(const tokpos_composer* c, const int64_t* ids, int64_t B, int64_t T,
                                       int64_t start, const int64_t* position_ids, float* out) {

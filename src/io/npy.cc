@@ -1,5 +1,6 @@
 #include "tokpos/npy.h"
 
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -83,29 +84,48 @@ NpyArray read_npy(const std::string& path) {
   if (!in.read(header.data(), static_cast<std::streamsize>(header_len))) {
     detail::fail(Status::kInvalidArgument, kWhere, path, ": truncated header");
   }
-  NpyArray a;
-  auto field = [&](const char* key) {
+  // The header is a Python dict literal; parse just what .npy uses, and treat
+  // anything else as a damaged file (never as a library error).
+  auto bad = [&](const std::string& why) { detail::fail(Status::kInvalidArgument, kWhere, path, ": ", why); };
+  auto value_at = [&](const char* key) {
     const size_t at = header.find(key);
-    if (at == std::string::npos) detail::fail(Status::kInvalidArgument, kWhere, path, ": header lacks ", key);
-    return at + std::strlen(key);
+    if (at == std::string::npos) bad(std::string("header lacks ") + key);
+    size_t k = at + std::strlen(key);
+    while (k < header.size() && header[k] == ' ') ++k;
+    if (k >= header.size()) bad(std::string("header ends after ") + key);
+    return k;
   };
-  size_t at = header.find('\'', field("'descr':"));
-  const size_t end = header.find('\'', at + 1);
-  a.descr = header.substr(at + 1, end - at - 1);
-  if (header.find("True", field("'fortran_order':")) < header.find(',', field("'fortran_order':"))) {
-    detail::fail(Status::kInvalidArgument, kWhere, path, ": Fortran order is not supported");
-  }
-  at = header.find('(', field("'shape':"));
-  const size_t close = header.find(')', at);
-  std::istringstream dims(header.substr(at + 1, close - at - 1));
-  std::string tok;
+  NpyArray a;
+  size_t k = value_at("'descr':");
+  if (header[k] != '\'') bad("descr is not a quoted string");
+  const size_t end = header.find('\'', k + 1);
+  if (end == std::string::npos) bad("descr is not a quoted string");
+  a.descr = header.substr(k + 1, end - k - 1);
+  k = value_at("'fortran_order':");
+  if (header.compare(k, 4, "True") == 0) bad("Fortran order is not supported");
+  if (header.compare(k, 5, "False") != 0) bad("fortran_order is neither True nor False");
+  k = value_at("'shape':");
+  const size_t close = header.find(')', k);
+  if (header[k] != '(' || close == std::string::npos) bad("shape is not a tuple");
   int64_t count = 1;
-  while (std::getline(dims, tok, ',')) {
-    if (tok.find_first_not_of(" ") == std::string::npos) continue;
-    const int64_t d = std::stoll(tok);
-    detail::check_at_least(kWhere, "shape entry", d, 0);
-    a.shape.push_back(d);
-    count = detail::checked_mul(kWhere, "element count", count, d);
+  size_t pos = k + 1;
+  while (pos < close) {
+    size_t comma = header.find(',', pos);
+    if (comma == std::string::npos || comma > close) comma = close;
+    size_t lo = pos, hi = comma;
+    while (lo < hi && header[lo] == ' ') ++lo;
+    while (hi > lo && header[hi - 1] == ' ') --hi;
+    if (lo < hi) {
+      int64_t d = -1;
+      const auto [ptr, ec] = std::from_chars(header.data() + lo, header.data() + hi, d);
+      if (ec != std::errc() || ptr != header.data() + hi) {
+        bad("shape entry '" + header.substr(lo, hi - lo) + "' is not an integer");
+      }
+      detail::check_at_least(kWhere, "shape entry", d, 0);
+      a.shape.push_back(d);
+      count = detail::checked_mul(kWhere, "element count", count, d);
+    }
+    pos = comma + 1;
   }
   const size_t bytes = static_cast<size_t>(count) * item_size(kWhere, a.descr);
   a.data.resize(bytes);

@@ -75,36 +75,41 @@ quad exact_frequency(int64_t k, int64_t D, const TableOptions& o) {
   return 0;
 }
 
+// What column i of a D-wide table holds: sin or cos of pair k, or zero.
+// O(1), the single definition of every layout's column order.
+struct ColumnRole {
+  int64_t pair = -1;  // -1: a zero column
+  bool is_sin = false;
+};
+ColumnRole column_role(Layout layout, int64_t D, int64_t i) {
+  const int64_t half = D / 2, sins = half + D % 2;
+  switch (layout) {
+    case Layout::kInterleaved: return {i / 2, i % 2 == 0};
+    case Layout::kHalves: return i < sins ? ColumnRole{i, true} : ColumnRole{i - sins, false};
+    case Layout::kFairseq:
+    case Layout::kT2T:
+      if (i >= 2 * half) return {};
+      return i < half ? ColumnRole{i, true} : ColumnRole{i - half, false};
+    case Layout::kGgml:
+      if (i >= 2 * half) return {};
+      return i < half ? ColumnRole{i, false} : ColumnRole{i - half, true};
+  }
+  return {};
+}
+
 // The column map alone; make_plan adds the pairs' exact frequencies.
 LayoutPlan make_columns(int64_t D, const TableOptions& o) {
   LayoutPlan plan;
   const int64_t n = num_frequency_pairs(o.layout, D);
   plan.sin_col.assign(static_cast<size_t>(n), -1);
   plan.cos_col.assign(static_cast<size_t>(n), -1);
-  const int64_t half = D / 2, ceil_half = (D + 1) / 2;
-  for (int64_t k = 0; k < n; ++k) {
-    switch (o.layout) {
-      case Layout::kInterleaved:
-        plan.sin_col[k] = 2 * k;
-        if (2 * k + 1 < D) plan.cos_col[k] = 2 * k + 1;
-        break;
-      case Layout::kHalves:
-        plan.sin_col[k] = k;
-        if (k < half) plan.cos_col[k] = ceil_half + k;
-        break;
-      case Layout::kFairseq:
-      case Layout::kT2T:
-        plan.sin_col[k] = k;
-        plan.cos_col[k] = half + k;
-        break;
-      case Layout::kGgml:
-        plan.cos_col[k] = k;
-        plan.sin_col[k] = half + k;
-        break;
+  for (int64_t i = 0; i < D; ++i) {
+    const ColumnRole r = column_role(o.layout, D, i);
+    if (r.pair < 0) {
+      plan.zero_cols.push_back(i);
+    } else {
+      (r.is_sin ? plan.sin_col : plan.cos_col)[r.pair] = i;
     }
-  }
-  if (o.layout != Layout::kInterleaved && o.layout != Layout::kHalves && D % 2 == 1) {
-    plan.zero_cols.push_back(D - 1);
   }
   plan.n_cos = n;
   while (plan.n_cos > 0 && plan.cos_col[plan.n_cos - 1] < 0) --plan.n_cos;
@@ -338,7 +343,7 @@ size_t dtype_size(DType dtype) {
 }
 
 int64_t num_frequency_pairs(Layout layout, int64_t D) {
-  return (layout == Layout::kInterleaved || layout == Layout::kHalves) ? (D + 1) / 2 : D / 2;
+  return (layout == Layout::kInterleaved || layout == Layout::kHalves) ? D / 2 + D % 2 : D / 2;
 }
 
 std::vector<PairColumns> pair_columns(Layout layout, int64_t D) {
@@ -395,25 +400,22 @@ float position_value(int64_t pos, int64_t i, int64_t D, const TableOptions& o) {
   if (i < 0 || i >= D)
     detail::fail(Status::kInvalidArgument, kWhere, "feature ", i, " is outside [0, ", D, ")");
   if (o.padding_idx && pos == *o.padding_idx) return 0.0f;
-  // Only the pair that owns column i needs its frequency.
-  const LayoutPlan plan = make_columns(D, o);
-  for (size_t k = 0; k < plan.sin_col.size(); ++k) {
-    const bool is_sin = plan.sin_col[k] == i;
-    if (!is_sin && plan.cos_col[k] != i) continue;
-    const ExactPair pair(exact_frequency(static_cast<int64_t>(k), D, o));
-    double s = 0, c = 0;
-    if (pos < detail::kMaxFastPosition) pair.sincos(pos, &s, &c);
-    double r;
-    if (pos >= detail::kMaxFastPosition ||
-        !detail::round_guarded(is_sin ? s : c, detail::kSinCosError, detail::kF32, &r)) {
-      quad qs, qc;
-      pair.sincos_quad(pos, &qs, &qc);
-      r = detail::round_quad(is_sin ? qs : qc, detail::kF32);
-    }
-    return static_cast<float>(r);
+  // Only the pair that owns column i needs its frequency: O(1) in D.
+  const ColumnRole role = column_role(o.layout, D, i);
+  if (role.pair < 0) return 0.0f;  // a zero column
+  const ExactPair pair(exact_frequency(role.pair, D, o));
+  double s = 0, c = 0;
+  if (pos < detail::kMaxFastPosition) pair.sincos(pos, &s, &c);
+  double r;
+  if (pos >= detail::kMaxFastPosition ||
+      !detail::round_guarded(role.is_sin ? s : c, detail::kSinCosError, detail::kF32, &r)) {
+    quad qs, qc;
+    pair.sincos_quad(pos, &qs, &qc);
+    r = detail::round_quad(role.is_sin ? qs : qc, detail::kF32);
   }
-  return 0.0f;  // a zero column
+  return static_cast<float>(r);
 }
+
 
 void convert_layout(std::span<float> out, std::span<const float> in, int64_t L, int64_t D, Layout from,
                     Layout to) {
