@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/convert.h"
 #include "kernels/kernels.h"
+#include "kernels/layer_norm.h"
 
 namespace tokpos::kernels {
 namespace {
@@ -121,13 +122,7 @@ void compose_typed_ref(float* out, const int64_t* ids, const float* tok, int64_t
       x[d] = v + pos[p * D + d];
     }
     if (gamma == nullptr) continue;
-    double mean = 0, var = 0;
-    for (int64_t d = 0; d < D; ++d) mean += x[d];
-    mean /= static_cast<double>(D);
-    for (int64_t d = 0; d < D; ++d) var += (x[d] - mean) * (x[d] - mean);
-    var /= static_cast<double>(D);
-    const double inv = 1.0 / std::sqrt(var + eps);
-    for (int64_t d = 0; d < D; ++d) x[d] = static_cast<float>((x[d] - mean) * inv * gamma[d] + beta[d]);
+    layer_norm_row(x, gamma, beta, eps, D);
   }
 }
 
