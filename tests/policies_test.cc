@@ -82,6 +82,26 @@ TEST(Beyond, LearnedInterpolationRescalesPositions) {
   EXPECT_FLOAT_EQ(p.grad()[1 * D], 1.0f + 0.5f + 0.5f);  // q = 2 whole, q = 1 and 3 half each
 }
 
+// The fused token-type/LayerNorm path reads the table directly, so it must
+// see the positions a call really reads, explicit ids included.
+TEST(Beyond, FusedLayerNormPathRefusesPositionsPastTheTable) {
+  EmbeddingComposer c(TokenEmbedding({.vocab_size = 10, .dim = 4, .seed = 1}),
+                      std::make_unique<LearnedPositionalEmbedding>(tokpos::LearnedPositionalOptions{
+                          .max_context = 4, .dim = 4, .seed = 1, .beyond = BeyondTable::kClamp}));
+  c.set_layer_norm({std::vector<float>(4, 1.0f), std::vector<float>(4, 0.0f), 1e-5});
+  const std::vector<int64_t> ids = {1, 2, 3}, inside = {0, 1, 3}, past = {0, 1, 10};
+  EXPECT_EQ(c.forward(ids, 1, 3, {.positions = {.ids = inside}}).size(), 12u);
+  auto out = tokpos::testing::sentinel(12);
+  const auto before = out;
+  try {
+    c.forward(ids, 1, 3, out, {.positions = {.ids = past}});
+    FAIL() << "read position 10 of a 4-row table";
+  } catch (const tokpos::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("need positions inside the table"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(std::memcmp(out.data(), before.data(), 48), 0);
+}
+
 TEST(Beyond, PoliciesAreCheckedAtConstruction) {
   EXPECT_THROW(LearnedPositionalEmbedding({.max_context = 4, .dim = 2, .beyond = BeyondTable::kExtend}),
                tokpos::Error);

@@ -6,6 +6,17 @@
 #include "kernels/kernels.h"
 
 namespace tokpos {
+namespace {
+
+// The half-open range of positions a call reads: [start, start + T), or the
+// span of its explicit position ids.
+std::pair<int64_t, int64_t> position_range(const PositionSpec& p, int64_t T) {
+  if (p.ids.empty()) return {p.start, p.start + T};
+  const auto [mn, mx] = std::minmax_element(p.ids.begin(), p.ids.end());
+  return {*mn, *mx + 1};
+}
+
+}  // namespace
 
 EmbeddingComposer::EmbeddingComposer(TokenEmbedding token, std::unique_ptr<PositionalEmbedding> position)
     : token_(std::move(token)), position_(std::move(position)) {
@@ -31,12 +42,7 @@ void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t
   const auto& kernel = kernels::active_kernels().compose_forward;
   const int64_t* pos_ids = o.positions.ids.empty() ? nullptr : o.positions.ids.data();
 
-  int64_t lo = o.positions.start, hi = o.positions.start + T;
-  if (pos_ids != nullptr) {
-    const auto [mn, mx] = std::minmax_element(o.positions.ids.begin(), o.positions.ids.end());
-    lo = *mn;
-    hi = *mx + 1;
-  }
+  const auto [lo, hi] = position_range(o.positions, T);
   if (!position_->needs_rows(lo, hi)) {  // the common case: rows straight from the table
     kernel(out.data(), ids.data(), token_.table().data(), token_.vocab_size(), policy.unk_id,
            position_->table().data(), pos_ids, o.positions.start, B, T, D);
@@ -75,7 +81,8 @@ void EmbeddingComposer::forward_typed(std::span<const int64_t> ids, int64_t B, i
     types_->check_ids(o.token_type_ids, B, T, IdPolicy::error(), kWhere);
     type_ids = o.token_type_ids.data();
   }
-  if (position_->needs_rows(o.positions.start, o.positions.start + T)) {
+  const auto [lo, hi] = position_range(o.positions, T);
+  if (position_->needs_rows(lo, hi)) {
     detail::fail(Status::kInvalidArgument, kWhere,
                  "token types and LayerNorm need positions inside the table");
   }
