@@ -104,8 +104,8 @@ void PositionalEmbedding::forward(std::span<float> out, int64_t T, int64_t start
 
 std::vector<float> PositionalEmbedding::forward(int64_t T, int64_t start) const {
   constexpr const char* kWhere = "PositionalEmbedding::forward";
-  check_positions(1, T, {.start = start}, kWhere);
-  auto out = detail::make_buffer<float>(kWhere, "output", T * D_);
+  detail::check_at_least(kWhere, "T", T, 0);  // the writing overload checks the positions
+  auto out = detail::make_buffer<float>(kWhere, "output", detail::checked_mul(kWhere, "T*D", T, D_));
   forward(out, T, start);
   return out;
 }

@@ -12,11 +12,6 @@ void check_base(const char* where, double base) {
   detail::check_positive_finite(where, "base", base);
 }
 
-// Frequency of pair k: base^(-2k/D), the seed's 1 / 10000^(2i/d).
-inline double pair_frequency(int64_t k, int64_t D, double base) {
-  return 1.0 / std::pow(base, static_cast<double>(2 * k) / static_cast<double>(D));
-}
-
 }  // namespace
 
 double sinusoidal_frequency(int64_t i, int64_t D, double base) {
@@ -25,7 +20,7 @@ double sinusoidal_frequency(int64_t i, int64_t D, double base) {
   if (i < 0 || i >= D)
     detail::fail(Status::kInvalidArgument, kWhere, "feature ", i, " is outside [0, ", D, ")");
   check_base(kWhere, base);
-  return pair_frequency(i / 2, D, base);
+  return frequency(i / 2, D, {.layout = Layout::kInterleaved, .base = base});
 }
 
 float sinusoidal_value(int64_t pos, int64_t i, int64_t D, double base) {

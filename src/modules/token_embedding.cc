@@ -126,7 +126,7 @@ void TokenEmbedding::forward(std::span<const int64_t> ids, int64_t B, int64_t T,
 std::vector<float> TokenEmbedding::forward(std::span<const int64_t> ids, int64_t B, int64_t T,
                                            std::optional<IdPolicy> policy) const {
   constexpr const char* kWhere = "TokenEmbedding::forward";
-  check_ids(ids, B, T, policy, kWhere);
+  check_batch(kWhere, B, T);  // the writing overload checks the ids
   auto out = detail::make_buffer<float>(kWhere, "output", detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
   forward(ids, B, T, out, policy);
   return out;

@@ -67,28 +67,15 @@ inline double round_nearest(double t) {
 }
 }  // namespace internal
 
-// Rounds y (|y| <= 2) to the format, nearest-even. Returns false when y is
-// within `guard` of a rounding midpoint, i.e. when an error of up to `guard`
-// in y could change the result; then the caller must decide in quad. Also
-// false when |y| is so small that `guard` reaches an eighth of the format's
+// Rounds y (|y| <= 2) to the format, nearest-even, unless y is within
+// `guard` of a rounding midpoint, i.e. when an error of up to `guard` in y
+// could change the result; then the caller must decide in quad. Also
+// undecided when |y| is so small that `guard` reaches an eighth of the format's
 // spacing there (near zero, and so that crossing a power of two, where the
 // grid halves, can never change the result).
-inline bool round_guarded(double y, double guard, Format fmt, double* rounded) {
-  const double ay = y < 0 ? -y : y;
-  if (ay < 8 * guard * internal::pow2(fmt.bits)) return false;
-  const int lead = std::max(internal::exponent(y), fmt.emin);
-  const double t = y * internal::pow2(fmt.bits - 1 - lead);  // exact scaling
-  const double r = internal::round_nearest(t);
-  const double frac = t - r;  // exact, in [-1/2, 1/2]
-  const double quantum = internal::pow2(lead - (fmt.bits - 1));
-  if ((0.5 - (frac < 0 ? -frac : frac)) * quantum <= guard) return false;
-  *rounded = r * quantum;
-  return true;
-}
-
-// Branch-free form of round_guarded for loops the compiler can vectorise:
-// returns the rounded value and sets *undecided to 1 (else leaves it) when
-// round_guarded would have returned false.
+// Branch-free, for loops the compiler can vectorise: returns the rounded
+// value and sets *undecided to 1 (else leaves it) when the value cannot be
+// decided here. (|y| >= 8 * guard * 2^bits also ensures guard < quantum / 8.)
 inline double round_guarded_bf(double y, double guard, Format fmt, int64_t* undecided) {
   const double ay = y < 0 ? -y : y;
   const int e = internal::exponent(y);
@@ -101,6 +88,15 @@ inline double round_guarded_bf(double y, double guard, Format fmt, int64_t* unde
   const bool bad = (ay < 8 * guard * internal::pow2(fmt.bits)) | (margin <= guard);
   *undecided |= bad;
   return r * quantum;
+}
+
+// The same as a test: false when undecided, else *rounded is the result.
+inline bool round_guarded(double y, double guard, Format fmt, double* rounded) {
+  int64_t undecided = 0;
+  const double r = round_guarded_bf(y, guard, fmt, &undecided);
+  if (undecided) return false;
+  *rounded = r;
+  return true;
 }
 
 // The float32 case of round_guarded_bf, cheaper and vectorisable with SSE2:
