@@ -103,6 +103,15 @@ class TokenEmbedding {
                  const char* where) const;
 
  private:
+  // What backward and sparse_backward share: the row of every (b, t) (-1 for
+  // padding) and the touched rows, sorted and unique; both empty when frozen.
+  // Checks ids and d_out first.
+  struct GradientRows {
+    std::vector<int64_t> rows, touched;
+  };
+  GradientRows gradient_rows(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B, int64_t T,
+                             std::optional<IdPolicy> policy, const char* where) const;
+
   TokenEmbedding(int64_t V, int64_t D, std::vector<float> table, std::optional<int64_t> padding_idx,
                  IdPolicy policy, bool frozen);
 

@@ -132,23 +132,31 @@ std::vector<float> TokenEmbedding::forward(std::span<const int64_t> ids, int64_t
   return out;
 }
 
-std::vector<int64_t> TokenEmbedding::backward(std::span<const float> d_out, std::span<const int64_t> ids,
-                                              int64_t B, int64_t T, std::optional<IdPolicy> policy) {
-  constexpr const char* kWhere = "TokenEmbedding::backward";
-  auto rows = resolve_ids(ids, B, T, policy, kWhere);
-  detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
+TokenEmbedding::GradientRows TokenEmbedding::gradient_rows(std::span<const float> d_out,
+                                                           std::span<const int64_t> ids, int64_t B, int64_t T,
+                                                           std::optional<IdPolicy> policy,
+                                                           const char* where) const {
+  GradientRows g{resolve_ids(ids, B, T, policy, where), {}};
+  detail::check_size(where, "d_out", d_out.size(), detail::checked_mul3(where, "B*T*D", B, T, D_));
   if (frozen_) return {};
   if (padding_idx_) {
-    for (auto& r : rows) r = (r == *padding_idx_) ? -1 : r;
+    for (auto& r : g.rows) r = (r == *padding_idx_) ? -1 : r;
   }
-  std::vector<int64_t> touched = rows;
-  std::sort(touched.begin(), touched.end());
-  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-  if (!touched.empty() && touched.front() < 0) touched.erase(touched.begin());
+  g.touched = g.rows;
+  std::sort(g.touched.begin(), g.touched.end());
+  g.touched.erase(std::unique(g.touched.begin(), g.touched.end()), g.touched.end());
+  if (!g.touched.empty() && g.touched.front() < 0) g.touched.erase(g.touched.begin());
+  return g;
+}
+
+std::vector<int64_t> TokenEmbedding::backward(std::span<const float> d_out, std::span<const int64_t> ids,
+                                              int64_t B, int64_t T, std::optional<IdPolicy> policy) {
+  auto g = gradient_rows(d_out, ids, B, T, policy, "TokenEmbedding::backward");
+  if (frozen_) return {};
   ensure_grad();  // may throw; nothing has been written yet
-  kernels::active_kernels().index_add_rows(grad_.data(), d_out.data(), rows.data(),
-                                           static_cast<int64_t>(rows.size()), V_, D_);
-  return touched;
+  kernels::active_kernels().index_add_rows(grad_.data(), d_out.data(), g.rows.data(),
+                                           static_cast<int64_t>(g.rows.size()), V_, D_);
+  return std::move(g.touched);
 }
 
 TokenEmbedding::SparseGradient TokenEmbedding::sparse_backward(std::span<const float> d_out,
@@ -156,27 +164,20 @@ TokenEmbedding::SparseGradient TokenEmbedding::sparse_backward(std::span<const f
                                                                int64_t T,
                                                                std::optional<IdPolicy> policy) const {
   constexpr const char* kWhere = "TokenEmbedding::sparse_backward";
-  auto rows = resolve_ids(ids, B, T, policy, kWhere);
-  detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
-  SparseGradient g;
-  if (frozen_) return g;
-  if (padding_idx_) {
-    for (auto& r : rows) r = (r == *padding_idx_) ? -1 : r;
-  }
-  g.rows = rows;
-  std::sort(g.rows.begin(), g.rows.end());
-  g.rows.erase(std::unique(g.rows.begin(), g.rows.end()), g.rows.end());
-  if (!g.rows.empty() && g.rows.front() < 0) g.rows.erase(g.rows.begin());
+  auto g = gradient_rows(d_out, ids, B, T, policy, kWhere);
+  if (frozen_) return {};
   // Index each source by its position among the touched rows, then the same
   // kernel as the dense backward, into a zeroed (U, D) buffer.
-  for (auto& r : rows) {
-    if (r >= 0) r = std::lower_bound(g.rows.begin(), g.rows.end(), r) - g.rows.begin();
+  for (auto& r : g.rows) {
+    if (r >= 0) r = std::lower_bound(g.touched.begin(), g.touched.end(), r) - g.touched.begin();
   }
-  const auto U = static_cast<int64_t>(g.rows.size());
-  g.values = detail::make_buffer<float>(kWhere, "sparse gradient", detail::checked_mul(kWhere, "U*D", U, D_));
-  kernels::active_kernels().index_add_rows(g.values.data(), d_out.data(), rows.data(),
-                                           static_cast<int64_t>(rows.size()), U, D_);
-  return g;
+  const auto U = static_cast<int64_t>(g.touched.size());
+  SparseGradient out{std::move(g.touched), {}};
+  out.values =
+      detail::make_buffer<float>(kWhere, "sparse gradient", detail::checked_mul(kWhere, "U*D", U, D_));
+  kernels::active_kernels().index_add_rows(out.values.data(), d_out.data(), g.rows.data(),
+                                           static_cast<int64_t>(g.rows.size()), U, D_);
+  return out;
 }
 
 void TokenEmbedding::logits(std::span<const float> h, int64_t N, std::span<float> out) const {
