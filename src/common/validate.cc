@@ -26,12 +26,13 @@ void check_position_range(const char* where, int64_t B, int64_t T, int64_t start
   }
 }
 
-void check_position_ids(const char* where, const int64_t* pos_ids, int64_t B, int64_t T, int64_t L) {
+void check_position_ids(const char* where, const int64_t* pos_ids, int64_t B, int64_t T, int64_t limit,
+                        const std::string& context) {
   const int64_t N = B * T;
   for (int64_t n = 0; n < N; ++n) {
-    if (pos_ids[n] < 0 || pos_ids[n] >= L) {
+    if (pos_ids[n] < 0 || pos_ids[n] >= limit) {
       fail(Status::kPositionOutOfRange, where, "position id ", pos_ids[n], " at (b=", n / T, ", t=", n % T,
-           ") is outside [0, ", L, ") (max_context L = ", L, ")");
+           ") is outside [0, ", limit, ")", context);
     }
   }
 }

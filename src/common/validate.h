@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace tokpos::detail {
 
@@ -14,7 +15,9 @@ void check_token_ids(const char* where, const int64_t* ids, int64_t B, int64_t T
 // Error(kPositionOutOfRange) naming T, start and L. Empty batches pass.
 void check_position_range(const char* where, int64_t B, int64_t T, int64_t start, int64_t L);
 
-// Every explicit position id in [0, L), else Error(kPositionOutOfRange) naming it and (b, t).
-void check_position_ids(const char* where, const int64_t* pos_ids, int64_t B, int64_t T, int64_t L);
+// Every explicit position id in [0, limit), else Error(kPositionOutOfRange)
+// naming it, its (b, t) and the limit, followed by `context`.
+void check_position_ids(const char* where, const int64_t* pos_ids, int64_t B, int64_t T, int64_t limit,
+                        const std::string& context);
 
 }  // namespace tokpos::detail

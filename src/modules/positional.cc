@@ -40,17 +40,11 @@ void PositionalEmbedding::check_positions(int64_t B, int64_t T, const PositionSp
   const int64_t limit = position_limit();
   if (!positions.ids.empty()) {
     detail::check_size(where, "position_ids", positions.ids.size(), detail::checked_mul(where, "B*T", B, T));
-    if (beyond_ == BeyondTable::kError)
-      return detail::check_position_ids(where, positions.ids.data(), B, T, L_);
-    for (size_t n = 0; n < positions.ids.size(); ++n) {
-      const int64_t p = positions.ids[n];
-      if (p < 0 || p >= limit) {
-        detail::fail(Status::kPositionOutOfRange, where, "position id ", p,
-                     " at (b=", static_cast<int64_t>(n) / T, ", t=", static_cast<int64_t>(n) % T,
-                     ") is outside [0, ", limit, ") under the ", beyond_table_name(beyond_),
-                     " policy (max_context L = ", L_, ")");
-      }
-    }
+    const std::string context =
+        beyond_ == BeyondTable::kError
+            ? detail::cat(" (max_context L = ", L_, ")")
+            : detail::cat(" under the ", beyond_table_name(beyond_), " policy (max_context L = ", L_, ")");
+    detail::check_position_ids(where, positions.ids.data(), B, T, limit, context);
     return;
   }
   if (beyond_ == BeyondTable::kError) return detail::check_position_range(where, B, T, positions.start, L_);
