@@ -106,22 +106,26 @@ void compose_range(void* out, Elem out_type, const int64_t* ids, const void* tok
   }
 }
 
-void compose_forward_mixed_cpu(void* out, Elem out_type, const int64_t* ids, const void* tok, Elem tok_type,
-                               int64_t V, int64_t unk, const void* pos, Elem pos_type, const int64_t* pos_ids,
-                               int64_t start, int64_t B, int64_t T, int64_t D) {
-  const int64_t N = B * T;
-  const int nt = N <= kDecodeTokens ? 1 : detail::threads_for(N * D);
-  if (nt == 1) {  // the decode path: no OpenMP region, no scheduling
-    compose_range(out, out_type, ids, tok, tok_type, V, unk, pos, pos_type, pos_ids, start, T, D, 0, N);
-    return;
-  }
-  // Contiguous token ranges, one per thread: each thread streams its own part of out.
+// Calls rows(n0, n1) over all N tokens: once, with no OpenMP region at all,
+// for a decode step or little `work`; else one contiguous token range per
+// thread, so each thread streams its own part of the output.
+template <typename Rows>
+void over_token_ranges(int64_t N, int64_t work, Rows&& rows) {
+  const int nt = N <= kDecodeTokens ? 1 : detail::threads_for(work);
+  if (nt == 1) return rows(int64_t{0}, N);
 #pragma omp parallel num_threads(nt)
   {
     const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
-    compose_range(out, out_type, ids, tok, tok_type, V, unk, pos, pos_type, pos_ids, start, T, D,
-                  N * k / team, N * (k + 1) / team);
+    rows(N * k / team, N * (k + 1) / team);
   }
+}
+
+void compose_forward_mixed_cpu(void* out, Elem out_type, const int64_t* ids, const void* tok, Elem tok_type,
+                               int64_t V, int64_t unk, const void* pos, Elem pos_type, const int64_t* pos_ids,
+                               int64_t start, int64_t B, int64_t T, int64_t D) {
+  over_token_ranges(B * T, B * T * D, [&](int64_t n0, int64_t n1) {
+    compose_range(out, out_type, ids, tok, tok_type, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1);
+  });
 }
 
 void compose_forward_cpu(float* out, const int64_t* ids, const float* token_table, int64_t V, int64_t unk_id,
@@ -275,17 +279,10 @@ void compose_typed_cpu(float* out, const int64_t* ids, const float* tok, int64_t
                        const int64_t* type_ids, const float* types, const float* pos, const int64_t* pos_ids,
                        int64_t start, const float* gamma, const float* beta, double eps, int64_t B, int64_t T,
                        int64_t D) {
-  const int64_t N = B * T;
-  const int nt = N <= kDecodeTokens ? 1 : detail::threads_for(N * D * 4);
-  if (nt == 1)
-    return typed_rows(out, ids, tok, V, unk_id, type_ids, types, pos, pos_ids, start, gamma, beta, eps, T, D,
-                      0, N);
-#pragma omp parallel num_threads(nt)
-  {
-    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
-    typed_rows(out, ids, tok, V, unk_id, type_ids, types, pos, pos_ids, start, gamma, beta, eps, T, D,
-               N * k / team, N * (k + 1) / team);
-  }
+  over_token_ranges(B * T, B * T * D * 4, [&](int64_t n0, int64_t n1) {  // LayerNorm: ~4 passes per row
+    typed_rows(out, ids, tok, V, unk_id, type_ids, types, pos, pos_ids, start, gamma, beta, eps, T, D, n0,
+               n1);
+  });
 }
 
 }  // namespace
