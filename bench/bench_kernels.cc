@@ -79,6 +79,35 @@ void BM_IndexAddRows(benchmark::State& state, const tokpos::kernels::KernelTable
   state.SetBytesProcessed(state.iterations() * s.B * s.T * s.D * 4 * 3);
 }
 
+// Both gradients of the input stage (token and learned position table), as
+// the composer's backward computes them: range(1) = 1 is the fused kernel
+// (index_add_rows2, d_out read once), 0 is two index_add_rows calls (d_out
+// read twice). The same bits either way (tests/kernels_test.cc).
+void BM_ComposeBackward(benchmark::State& state) {
+  set_threads(state);
+  auto& d = gpt2();
+  const auto s = kGpt2;
+  const int64_t N = s.B * s.T;
+  static std::vector<float> pos_grad(static_cast<size_t>(s.L * s.D));
+  std::vector<int64_t> t_rows(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) t_rows[n] = n % s.T;
+  const auto& k = tokpos::kernels::cpu_kernels();
+  const bool fused = state.range(1) == 1;
+  for (auto _ : state) {
+    if (fused) {
+      k.index_add_rows2(d.grad.data(), d.ids.data(), s.V, pos_grad.data(), t_rows.data(), s.L, d.d_out.data(), N,
+                        s.D);
+    } else {
+      k.index_add_rows(d.grad.data(), d.d_out.data(), d.ids.data(), N, s.V, s.D);
+      k.index_add_rows(pos_grad.data(), d.d_out.data(), t_rows.data(), N, s.L, s.D);
+    }
+    benchmark::ClobberMemory();
+  }
+  // d_out read once + touched token gradient rows read and written (the
+  // position gradient, 3 MB, stays in cache).
+  state.SetBytesProcessed(state.iterations() * N * s.D * 4 * 3);
+}
+
 // A decode step: one token, D = 4096 (Llama-2-7B width), through the module
 // API (validation included), with the output buffer provided.
 void BM_DecodeStep(benchmark::State& state) {
@@ -179,6 +208,11 @@ BENCHMARK_CAPTURE(BM_IndexAddHotRow, reference, &tokpos::kernels::reference_kern
 BENCHMARK_CAPTURE(BM_IndexAddHotRow, cpu, &tokpos::kernels::cpu_kernels())
     ->Arg(1)
     ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_ComposeBackward)
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->ArgNames({"threads", "fused"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_DecodeStep)->Arg(0)->Arg(1)->Unit(benchmark::kNanosecond);

@@ -207,6 +207,51 @@ TEST(Backward, SparseGradientEqualsTheDenseRowsAndChangesNothing) {
   EXPECT_EQ(std::count(sparse.rows.begin(), sparse.rows.end(), 3), 0);  // padding never appears
 }
 
+// The composer computes both gradients in one kernel (index_add_rows2); it
+// must give exactly the bits of the two modules' own backwards, with padding,
+// a hot row, UNK remapping, clamped explicit positions, and B > 64 (where the
+// positions are hot rows too), for 1, 2 and 7 threads.
+TEST(Backward, ComposerGradientsEqualTheTwoModuleBackwards) {
+  struct Case {
+    int64_t B, T;
+  };
+  for (const Case k : {Case{4, 300}, Case{70, 8}, Case{1, 1}}) {
+    const int64_t V = 200, D = 40, L = 256, N = k.B * k.T;
+    auto ids = ids_mod(N, V, 30);
+    std::fill(ids.begin(), ids.begin() + N / 3, 9);  // a hot row
+    ids[N / 2] = 3;                                  // the padding row
+    ids[N - 1] = V + 5;                              // remapped to UNK (row 1)
+    auto pos = ids_mod(N, L + 40, 31);               // some past L: clamped to L - 1
+    const auto d_out = noise(N * D, 32);
+    const tokpos::ComposeOptions o{.positions = {.ids = pos}, .id_policy = tokpos::IdPolicy::map_to_unk(1)};
+    const tokpos::LearnedPositionalOptions po{
+        .max_context = L, .dim = D, .seed = 2, .beyond = tokpos::BeyondTable::kClamp};
+    for (int threads : {1, 2, 7}) {
+      tokpos::set_num_threads(threads);
+      EmbeddingComposer c(TokenEmbedding({.vocab_size = V, .dim = D, .seed = 1, .padding_idx = 3}),
+                          std::make_unique<LearnedPositionalEmbedding>(po));
+      TokenEmbedding tok({.vocab_size = V, .dim = D, .seed = 1, .padding_idx = 3});
+      LearnedPositionalEmbedding p(po);
+      // Start from non-zero gradients: both must accumulate the same way.
+      const auto g0 = noise(V * D, 33), p0 = noise(L * D, 34);
+      std::copy(g0.begin(), g0.end(), c.token().ensure_grad().begin());
+      std::copy(g0.begin(), g0.end(), tok.ensure_grad().begin());
+      std::copy(p0.begin(), p0.end(), c.position().ensure_grad().begin());
+      std::copy(p0.begin(), p0.end(), p.ensure_grad().begin());
+      const auto touched = c.backward(d_out, ids, k.B, k.T, o);
+      EXPECT_EQ(touched, tok.backward(d_out, ids, k.B, k.T, o.id_policy));
+      p.backward(d_out, k.B, k.T, o.positions);
+      const std::vector<float> ct(c.token().grad().begin(), c.token().grad().end()),
+          cp(c.position().grad().begin(), c.position().grad().end()),
+          mt(tok.grad().begin(), tok.grad().end()), mp(p.grad().begin(), p.grad().end());
+      EXPECT_TRUE(bitwise_equal(ct, mt)) << "token gradient B=" << k.B << " T=" << k.T << " threads " << threads;
+      EXPECT_TRUE(bitwise_equal(cp, mp)) << "position gradient B=" << k.B << " T=" << k.T << " threads "
+                                         << threads;
+    }
+  }
+  tokpos::set_num_threads(0);
+}
+
 TEST(Threads, ForwardAndBackwardAreBitwiseIdenticalFor1_2_7Threads) {
   const int64_t V = 3000, D = 96, L = 512, B = 4, T = 512;
   auto ids = ids_mod(B * T, V, 19);

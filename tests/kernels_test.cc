@@ -48,6 +48,28 @@ TEST_P(KernelAgreement, CpuMatchesReference) {
   ref.index_add_rows(ga.data(), d_out.data(), rows.data(), N, V, D);
   cpu.index_add_rows(gb.data(), d_out.data(), rows.data(), N, V, D);
   EXPECT_TRUE(bitwise_equal(ga, gb)) << "index_add_rows";
+  // Both gradients at once: the definition is the two index_add_rows.
+  std::vector<int64_t> t_rows(N);  // positions start + t, as the composer passes them
+  for (int64_t n = 0; n < N; ++n) t_rows[n] = 3 + n % T;
+  const auto random_rows = ids_mod(N, L, 16);
+  for (const auto* pos_rows : std::initializer_list<const std::vector<int64_t>*>{&t_rows, &random_rows}) {
+    std::vector<float> ta = noise(V * D, 17), pa = noise(L * D, 18);
+    std::vector<float> tb = ta, pb = pa;
+    ref.index_add_rows2(ta.data(), rows.data(), V, pa.data(), pos_rows->data(), L, d_out.data(), N, D);
+    cpu.index_add_rows2(tb.data(), rows.data(), V, pb.data(), pos_rows->data(), L, d_out.data(), N, D);
+    const bool positions = pos_rows == &t_rows;
+    EXPECT_TRUE(bitwise_equal(ta, tb)) << "index_add_rows2 token gradient, positions " << positions;
+    EXPECT_TRUE(bitwise_equal(pa, pb)) << "index_add_rows2 position gradient, positions " << positions;
+    // and the reference's definition, stated as two separate calls
+    std::vector<float> tc = noise(V * D, 17), pc = noise(L * D, 18);
+    ref.index_add_rows(tc.data(), d_out.data(), rows.data(), N, V, D);
+    ref.index_add_rows(pc.data(), d_out.data(), pos_rows->data(), N, L, D);
+    EXPECT_TRUE(bitwise_equal(ta, tc) && bitwise_equal(pa, pc)) << "reference index_add_rows2";
+  }
+  std::vector<float> ta = noise(V * D, 19), tb = ta;  // no position gradient
+  ref.index_add_rows2(ta.data(), rows.data(), V, nullptr, nullptr, L, d_out.data(), N, D);
+  cpu.index_add_rows2(tb.data(), rows.data(), V, nullptr, nullptr, L, d_out.data(), N, D);
+  EXPECT_TRUE(bitwise_equal(ta, tb)) << "index_add_rows2 without grad_b";
   tokpos::set_num_threads(0);
 }
 
@@ -68,7 +90,11 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(2, 1024, 64, 3, 7),    // hot rows, odd thread count
                       std::make_tuple(1, 4096, 129, 50257, 2),
                       std::make_tuple(4, 512, 64, 1, 2),    // V = 1, threaded: one hot row, split
-                      std::make_tuple(2, 2048, 33, 2, 7)),  // two hot rows, odd D, 7 threads
+                      std::make_tuple(2, 2048, 33, 2, 7),   // two hot rows, odd D, 7 threads
+                      std::make_tuple(70, 3, 300, 11, 7),   // B > 64: every position is a hot row
+                      std::make_tuple(64, 5, 256, 40, 2),   // B = 64: the last one-at-a-time size
+                      std::make_tuple(65, 4, 256, 40, 2),   // B = 65: the first blocked one
+                      std::make_tuple(3, 2, 1, 2, 7)),      // fewer tokens than threads
     ShapeName);
 
 // Mixed table types and bf16 output: (B, T, D, V, threads) x every type combination.
@@ -165,6 +191,56 @@ TEST(Kernels, BackwardBlocksHotRowsInFixedOrder) {
     }
   }
   tokpos::set_num_threads(0);
+}
+
+// A row used at most 64 times takes its sources one at a time, in order:
+// ((g + s_1) + s_2) + s_3, which is not g + ((s_1 + s_2) + s_3) (the data
+// below is chosen so the two differ, so this test tells them apart).
+TEST(Kernels, BackwardAddsFewSourcesOneAtATime) {
+  const int64_t D = 3, V = 2, N = 3;
+  const std::vector<int64_t> rows{1, 1, 1};
+  const std::vector<float> src{0x1p-24f, 0x1p-24f, 3.0f, 0x1p-24f, 0x1p-24f, -1.0f, 0x1p-24f, 1.0f, 0.25f};
+  std::vector<float> want(V * D, 1.0f), blocked(V * D, 1.0f);
+  for (int64_t d = 0; d < D; ++d) {
+    float g = 1.0f;
+    for (int64_t i = 0; i < N; ++i) g += src[i * D + d];
+    want[D + d] = g;
+    blocked[D + d] = 1.0f + ((src[d] + src[D + d]) + src[2 * D + d]);
+  }
+  ASSERT_FALSE(bitwise_equal(want, blocked)) << "the data must tell the two orders apart";
+  for (const auto* k : {&tokpos::kernels::reference_kernels(), &tokpos::kernels::cpu_kernels()}) {
+    std::vector<float> grad(V * D, 1.0f);
+    k->index_add_rows(grad.data(), src.data(), rows.data(), N, V, D);
+    EXPECT_TRUE(bitwise_equal(grad, want)) << k->name;
+    std::vector<float> a(V * D, 1.0f), p(V * D, 1.0f);  // and as either half of index_add_rows2
+    k->index_add_rows2(a.data(), rows.data(), V, p.data(), rows.data(), V, src.data(), N, D);
+    EXPECT_TRUE(bitwise_equal(a, want) && bitwise_equal(p, want)) << k->name << " index_add_rows2";
+  }
+}
+
+// Called from inside an OpenMP team (nested regions get one thread), the
+// kernel still does every owner's share: the same bits as the reference.
+TEST(Kernels, FusedBackwardInsideAnOuterParallelRegion) {
+  const int64_t B = 4, T = 300, D = 400, V = 37, L = T, N = B * T;  // N*D: 7 threads asked for
+  const auto d_out = noise(N * D, 20);
+  const auto ids = ids_mod(N, V, 21);
+  std::vector<int64_t> pos(N);
+  for (int64_t n = 0; n < N; ++n) pos[n] = n % T;
+  std::vector<float> want_t = noise(V * D, 22), want_p = noise(L * D, 23);
+  tokpos::kernels::reference_kernels().index_add_rows2(want_t.data(), ids.data(), V, want_p.data(), pos.data(),
+                                                       L, d_out.data(), N, D);
+  tokpos::set_num_threads(7);
+  std::vector<std::vector<float>> got_t(2, noise(V * D, 22)), got_p(2, noise(L * D, 23));
+#pragma omp parallel for num_threads(2)
+  for (int k = 0; k < 2; ++k) {
+    tokpos::kernels::cpu_kernels().index_add_rows2(got_t[k].data(), ids.data(), V, got_p[k].data(), pos.data(),
+                                                   L, d_out.data(), N, D);
+  }
+  tokpos::set_num_threads(0);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_TRUE(bitwise_equal(got_t[k], want_t)) << "token gradient, outer thread " << k;
+    EXPECT_TRUE(bitwise_equal(got_p[k], want_p)) << "position gradient, outer thread " << k;
+  }
 }
 
 TEST(Kernels, ActiveIsTheCpuBackEnd) {

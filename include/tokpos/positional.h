@@ -79,6 +79,16 @@ class PositionalEmbedding {
   virtual void backward(std::span<const float> d_out, int64_t B, int64_t T,
                         const PositionSpec& positions = {}) = 0;
 
+  // When backward is a plain row scatter (grad[row(b, t)] += d_out[b, t]):
+  // the (B*T) rows it adds into, after check_positions and the policy (a
+  // clamped position names the last row). Empty otherwise (no gradient, or
+  // interpolation). The composer uses it to compute both gradients in one
+  // kernel that reads d_out once.
+  virtual std::vector<int64_t> gradient_rows(int64_t /*B*/, int64_t /*T*/, const PositionSpec& /*positions*/,
+                                             const char* /*where*/) const {
+    return {};
+  }
+
  protected:
   PositionalEmbedding(int64_t L, int64_t D, BeyondTable beyond, const char* what);
   // Largest position the policy accepts, plus one.
@@ -112,6 +122,8 @@ class LearnedPositionalEmbedding final : public PositionalEmbedding {
 
   void backward(std::span<const float> d_out, int64_t B, int64_t T,
                 const PositionSpec& positions = {}) override;
+  std::vector<int64_t> gradient_rows(int64_t B, int64_t T, const PositionSpec& positions,
+                                     const char* where) const override;
 
   bool needs_rows(int64_t lo, int64_t hi) const override;
   std::vector<float> rows_for(std::span<const int64_t> positions) const override;

@@ -103,6 +103,7 @@ class TokenEmbedding {
                  const char* where) const;
 
  private:
+  friend class EmbeddingComposer;  // its backward computes both gradients in one kernel
   // What backward and sparse_backward share: the row of every (b, t) (-1 for
   // padding) and the touched rows, sorted and unique; both empty when frozen.
   // Checks ids and d_out first.

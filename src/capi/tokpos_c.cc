@@ -303,8 +303,8 @@ tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, 
       for (int64_t n = 0; n < N; ++n) pos_rows[n] = n % T;
     }
     const auto& k = tokpos::kernels::active_kernels();
-    k.index_add_rows(d_token_table, d_out, ids, N, V, D);
-    if (d_pos_table != nullptr) k.index_add_rows(d_pos_table, d_out, pos_rows.data(), N, L, D);
+    k.index_add_rows2(d_token_table, ids, V, d_pos_table, d_pos_table ? pos_rows.data() : nullptr, L, d_out, N,
+                      D);
   });
 }
 

@@ -24,14 +24,30 @@ using ComposeForwardFn = void(float* out, const int64_t* ids, const float* token
 // grad (V, D) += the rows of src (N, D) grouped by rows[i]; rows[i] < 0 is
 // skipped (padding). Accumulates; only listed rows change. The order of the
 // floating-point additions is part of the definition, so every back end and
-// every thread count gives the same bits: for each row v, its sources
-// i_1 < i_2 < ... are taken in blocks of kRowBlock; each block is summed
-// from its first source, in order, and the block sums are added to grad[v]
-// in order:  grad[v] = ((grad[v] + (s_1 + ... + s_64)) + (s_65 + ...)) + ...
-// Fixed blocks let a row used thousands of times be summed by many threads.
+// every thread count gives the same bits. For each row v with sources
+// i_1 < i_2 < ... < i_n:
+//   n <= kRowBlock: one at a time, in order (as llm.c's encoder_backward and
+//                   PyTorch's index_add_ do):  grad[v] = ((grad[v] + s_1) + s_2) + ...
+//   n >  kRowBlock: blocks of kRowBlock sources, each summed from its first
+//                   source, in order; the block sums added to grad[v] in order:
+//                   grad[v] = ((grad[v] + (s_1 + ... + s_64)) + (s_65 + ...)) + ...
+// Fixed blocks let a row used thousands of times be summed by many threads;
+// a row used at most 64 times needs no scratch, so a kernel may add each
+// source the moment it reads it (what lets index_add_rows2 read src once).
 inline constexpr int64_t kRowBlock = 64;
 using IndexAddRowsFn = void(float* grad, const float* src, const int64_t* rows, int64_t N, int64_t V,
                             int64_t D);
+
+// Both gradients of the input stage from one d_out:
+//   index_add_rows(grad_a, src, rows_a, N, Va, D) and
+//   index_add_rows(grad_b, src, rows_b, N, Vb, D),
+// with exactly those bits (grad_b may be null: only the first). grad_a and
+// grad_b must not overlap. The cpu back end reads each row of src from
+// memory once for both when every rows_b row has at most kRowBlock sources
+// (positions: B <= 64), and re-reads only the sources of rows_a rows whose
+// sources are split between threads (docs/benchmarks.md).
+using IndexAddRows2Fn = void(float* grad_a, const int64_t* rows_a, int64_t Va, float* grad_b,
+                             const int64_t* rows_b, int64_t Vb, const float* src, int64_t N, int64_t D);
 
 // Element types of tables and outputs (same values as tokpos::DType and tokpos_dtype).
 enum class Elem { kF32 = 0, kBF16 = 1, kF16 = 2 };
@@ -61,6 +77,7 @@ struct KernelTable {
   IndexAddRowsFn* index_add_rows;
   ComposeForwardMixedFn* compose_forward_mixed;
   ComposeTypedFn* compose_typed;
+  IndexAddRows2Fn* index_add_rows2;
 };
 
 const KernelTable& reference_kernels();

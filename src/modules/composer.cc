@@ -146,9 +146,19 @@ std::vector<int64_t> EmbeddingComposer::backward(std::span<const float> d_out, s
   // Allocate both gradients (either may throw) before writing to either.
   position_->ensure_grad();
   if (!token_.frozen()) token_.ensure_grad();
-  auto touched = token_.backward(d_out, ids, B, T, o.id_policy);
-  position_->backward(d_out, B, T, o.positions);
-  return touched;
+  auto pos_rows = position_->gradient_rows(B, T, o.positions, kWhere);
+  if (token_.frozen() || pos_rows.empty()) {
+    auto touched = token_.backward(d_out, ids, B, T, o.id_policy);
+    position_->backward(d_out, B, T, o.positions);
+    return touched;
+  }
+  // Both gradients in one kernel: each row of d_out is read once for both
+  // (kernels.h, index_add_rows2), with the bits of the two separate backwards.
+  auto g = token_.gradient_rows(d_out, ids, B, T, o.id_policy, kWhere);
+  kernels::active_kernels().index_add_rows2(token_.grad_.data(), g.rows.data(), token_.vocab_size(),
+                                            position_->ensure_grad().data(), pos_rows.data(),
+                                            position_->max_context(), d_out.data(), B * T, dim());
+  return std::move(g.touched);
 }
 
 void EmbeddingComposer::zero_grad() {

@@ -174,28 +174,35 @@ void LearnedPositionalEmbedding::zero_grad() {
 void LearnedPositionalEmbedding::backward(std::span<const float> d_out, int64_t B, int64_t T,
                                           const PositionSpec& positions) {
   constexpr const char* kWhere = "LearnedPositionalEmbedding::backward";
-  auto rows = resolve_positions(B, T, positions, kWhere);
+  const bool interpolating = beyond_ == BeyondTable::kInterpolate && interpolate_to_ != L_;
+  auto rows = interpolating ? resolve_positions(B, T, positions, kWhere) : gradient_rows(B, T, positions, kWhere);
   detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
   ensure_grad();
-  if (beyond_ == BeyondTable::kInterpolate && interpolate_to_ != L_) {
-    // Each position feeds two rows with weights (1 - w1, w1). One pass in
-    // (b, t) order, single-threaded: deterministic for any thread count.
-    for (int64_t n = 0; n < B * T; ++n) {
-      int64_t i0, i1;
-      double w1;
-      interpolation(rows[n], &i0, &i1, &w1);
-      const float a = static_cast<float>(1.0 - w1), b = static_cast<float>(w1);
-      for (int64_t d = 0; d < D_; ++d) {
-        grad_[i0 * D_ + d] += a * d_out[n * D_ + d];
-        grad_[i1 * D_ + d] += b * d_out[n * D_ + d];
-      }
-    }
+  if (!interpolating) {
+    kernels::active_kernels().index_add_rows(grad_.data(), d_out.data(), rows.data(), B * T, L_, D_);
     return;
   }
-  if (beyond_ == BeyondTable::kClamp) {
-    for (auto& r : rows) r = std::min(r, L_ - 1);
+  // Each position feeds two rows with weights (1 - w1, w1). One pass in
+  // (b, t) order, single-threaded: deterministic for any thread count.
+  for (int64_t n = 0; n < B * T; ++n) {
+    int64_t i0, i1;
+    double w1;
+    interpolation(rows[n], &i0, &i1, &w1);
+    const float a = static_cast<float>(1.0 - w1), b = static_cast<float>(w1);
+    for (int64_t d = 0; d < D_; ++d) {
+      grad_[i0 * D_ + d] += a * d_out[n * D_ + d];
+      grad_[i1 * D_ + d] += b * d_out[n * D_ + d];
+    }
   }
-  kernels::active_kernels().index_add_rows(grad_.data(), d_out.data(), rows.data(), B * T, L_, D_);
+}
+
+std::vector<int64_t> LearnedPositionalEmbedding::gradient_rows(int64_t B, int64_t T,
+                                                               const PositionSpec& positions,
+                                                               const char* where) const {
+  if (beyond_ == BeyondTable::kInterpolate && interpolate_to_ != L_) return {};
+  auto rows = resolve_positions(B, T, positions, where);
+  for (auto& r : rows) r = std::min(r, L_ - 1);  // kClamp; under kError every row is < L already
+  return rows;
 }
 
 // ---- sinusoidal -------------------------------------------------------------

@@ -154,86 +154,209 @@ void add_row(float* grad_row, const float* block, int64_t D) {
   for (int64_t d = 0; d < D; ++d) g[d] += b[d];
 }
 
-void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int64_t N, int64_t V, int64_t D) {
-  // The plan (never V x D scratch): the sources sorted stably by row, so each
-  // row's sources are contiguous and in increasing i, and the touched rows in
-  // order with their ranges. Counting sort, O(N + V), when V is not much
-  // larger than N; otherwise a comparison sort, O(N log N), so a decode step
-  // does not pay for the whole vocabulary.
-  std::vector<int64_t> order, touched_rows, touched_start;
-  order.reserve(static_cast<size_t>(N));
+// grad_row += src[order[k0]], then += src[order[k0 + 1]], ... (a row with at
+// most kRowBlock sources, one at a time).
+void add_rows_in_order(float* grad_row, const float* src, const int64_t* order, int64_t k0, int64_t k1,
+                       int64_t D) {
+  for (int64_t k = k0; k < k1; ++k) add_row(grad_row, src + order[k] * D, D);
+}
+
+// One row of src read once, added to two gradient rows (either may be null).
+TOKPOS_KERNEL_CLONES
+void add_row2(float* a_row, float* b_row, const float* s_row, int64_t D) {
+  const float* __restrict s = s_row;
+  if (a_row != nullptr && b_row != nullptr) {
+    float* __restrict a = a_row;
+    float* __restrict b = b_row;
+    for (int64_t d = 0; d < D; ++d) {
+      const float x = s[d];
+      a[d] += x;
+      b[d] += x;
+    }
+    return;
+  }
+  float* __restrict g = a_row != nullptr ? a_row : b_row;
+  if (g != nullptr)
+    for (int64_t d = 0; d < D; ++d) g[d] += s[d];
+}
+
+// The plan (never V x D scratch): the sources (rows[i] >= 0) sorted stably by
+// row, so each row's sources are contiguous and in increasing i, and the
+// touched rows in order with their ranges in `order` (start has one entry
+// more than rows). Counting sort, O(N + V), when V is not much larger than N;
+// otherwise a comparison sort, O(N log N), so a decode step does not pay for
+// the whole vocabulary.
+struct RowPlan {
+  std::vector<int64_t> order, rows, start;
+  int64_t sources(size_t g) const { return start[g + 1] - start[g]; }
+};
+
+RowPlan make_plan(const int64_t* rows, int64_t N, int64_t V) {
+  RowPlan p;
+  p.order.reserve(static_cast<size_t>(N));
   if (V <= 4 * N) {
     std::vector<int64_t> start(static_cast<size_t>(V) + 1, 0);
     for (int64_t i = 0; i < N; ++i)
       if (rows[i] >= 0) ++start[rows[i] + 1];
     for (int64_t v = 0; v < V; ++v) start[v + 1] += start[v];
-    order.resize(static_cast<size_t>(start[V]));
+    p.order.resize(static_cast<size_t>(start[V]));
     std::vector<int64_t> fill(start.begin(), start.end() - 1);
     for (int64_t i = 0; i < N; ++i)
-      if (rows[i] >= 0) order[fill[rows[i]]++] = i;
+      if (rows[i] >= 0) p.order[fill[rows[i]]++] = i;
     for (int64_t v = 0; v < V; ++v) {
       if (start[v + 1] > start[v]) {
-        touched_rows.push_back(v);
-        touched_start.push_back(start[v]);
+        p.rows.push_back(v);
+        p.start.push_back(start[v]);
       }
     }
   } else {
     for (int64_t i = 0; i < N; ++i)
-      if (rows[i] >= 0) order.push_back(i);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows[a] < rows[b]; });
-    for (size_t k = 0; k < order.size(); ++k) {
-      if (k == 0 || rows[order[k]] != rows[order[k - 1]]) {
-        touched_rows.push_back(rows[order[k]]);
-        touched_start.push_back(static_cast<int64_t>(k));
+      if (rows[i] >= 0) p.order.push_back(i);
+    std::stable_sort(p.order.begin(), p.order.end(), [&](int64_t a, int64_t b) { return rows[a] < rows[b]; });
+    for (size_t k = 0; k < p.order.size(); ++k) {
+      if (k == 0 || rows[p.order[k]] != rows[p.order[k - 1]]) {
+        p.rows.push_back(rows[p.order[k]]);
+        p.start.push_back(static_cast<int64_t>(k));
       }
     }
   }
-  touched_start.push_back(static_cast<int64_t>(order.size()));
-  // Blocks of kRowBlock sources. A row with one block is summed and added by
-  // one task; a hot row's blocks are summed in parallel into scratch, then
-  // added to the row in block order (split by columns across threads).
-  struct Block {
-    int64_t row, k0, k1, slot;  // slot >= 0: a hot row's partial sum lives in scratch[slot]
+  p.start.push_back(static_cast<int64_t>(p.order.size()));
+  return p;
+}
+
+// index_add_rows2 (and, with grad_b null, index_add_rows). Two phases in one
+// parallel region:
+//  1. Each thread owns a share of the sources and walks them in increasing i,
+//     reading each src row once. With grad_b, it owns a range of b rows
+//     (positions), balanced by source count, and adds every row it reads to
+//     grad_b; without, it owns the o-th range of i. It also adds the row to
+//     grad_a when the a row is "local" (all of its sources are this thread's,
+//     so the one-at-a-time order holds), or to the partial sum of a hot a
+//     row's block whose sources are all local. With one thread everything is
+//     local: one pass over src, in order.
+//  2. What phase 1 left, as tasks: a rows whose sources are split between
+//     threads (one task per row, its sources in order) and hot blocks (summed
+//     into scratch). Then the hot rows add their block sums in order.
+// Which thread does what never changes the order of additions for any row,
+// so the bits are the same for every thread count. A b row with more than
+// kRowBlock sources (positions with B > 64) would need a block sum spread
+// over threads; then grad_a and grad_b get a call each.
+void index_add_cpu(float* grad_a, const int64_t* rows_a, int64_t Va, float* grad_b, const int64_t* rows_b,
+                   int64_t Vb, const float* src, int64_t N, int64_t D) {
+  const int nt = N <= kDecodeTokens ? 1 : detail::threads_for(N * D);
+  RowPlan b;
+  const bool fused = grad_b != nullptr;
+  if (fused) {
+    b = make_plan(rows_b, N, Vb);
+    for (size_t g = 0; g < b.rows.size(); ++g) {
+      if (b.sources(g) > kRowBlock) {  // a b row used more than kRowBlock times (positions with B > 64)
+        index_add_cpu(grad_a, rows_a, Va, nullptr, nullptr, 0, src, N, D);
+        return index_add_cpu(grad_b, rows_b, Vb, nullptr, nullptr, 0, src, N, D);
+      }
+    }
+  }
+  const RowPlan a = make_plan(rows_a, N, Va);
+  // Phase 1's owners: with grad_b, thread o owns the b rows whose sources
+  // start in the o-th share of b's sources; without, the o-th range of i.
+  // `mine` lists each owner's sources in increasing i.
+  std::vector<int32_t> owner(static_cast<size_t>(N), -1);
+  if (fused) {
+    const auto total = static_cast<int64_t>(b.order.size());
+    for (size_t g = 0; g < b.rows.size(); ++g) {
+      const auto o = static_cast<int32_t>(b.start[g] * nt / std::max<int64_t>(total, 1));
+      for (int64_t k = b.start[g]; k < b.start[g + 1]; ++k) owner[b.order[k]] = o;
+    }
+  } else {
+    for (int64_t i = 0; i < N; ++i)
+      if (rows_a[i] >= 0) owner[i] = static_cast<int32_t>(i * nt / N);
+  }
+  std::vector<int64_t> mine, mine_start(static_cast<size_t>(nt) + 1, 0);
+  for (int64_t i = 0; i < N; ++i)
+    if (owner[i] >= 0) ++mine_start[owner[i] + 1];
+  for (int o = 0; o < nt; ++o) mine_start[o + 1] += mine_start[o];
+  mine.resize(static_cast<size_t>(mine_start[nt]));
+  std::vector<int64_t> fill(mine_start.begin(), mine_start.end() - 1);
+  for (int64_t i = 0; i < N; ++i)
+    if (owner[i] >= 0) mine[fill[owner[i]]++] = i;
+  // True if sources order[k0..k1) all belong to one phase-1 owner.
+  auto local = [&](int64_t k0, int64_t k1) {
+    const int32_t o = owner[a.order[k0]];
+    for (int64_t k = k0; k < k1; ++k)
+      if (owner[a.order[k]] != o || o < 0) return false;
+    return true;
   };
-  std::vector<Block> blocks;
+  // What phase 1 does with each source's a row: kLater (phase 2 does it),
+  // kDirect (grad_a row += it), or 2 * slot + first (a hot block's partial sum).
+  constexpr int64_t kLater = -1, kDirect = -2;
+  std::vector<int64_t> tag(static_cast<size_t>(N), kLater);
+  struct Task {
+    int64_t row, k0, k1, slot;  // slot < 0: the row's sources one at a time; else a hot block into scratch
+  };
+  std::vector<Task> tasks;
   std::vector<int64_t> hot_rows, hot_first_slot, hot_blocks;
   int64_t slots = 0;
-  for (size_t g = 0; g + 1 < touched_start.size(); ++g) {
-    const int64_t v = touched_rows[g], k0 = touched_start[g], k1 = touched_start[g + 1];
+  for (size_t g = 0; g < a.rows.size(); ++g) {
+    const int64_t v = a.rows[g], k0 = a.start[g], k1 = a.start[g + 1];
     if (k1 - k0 <= kRowBlock) {
-      blocks.push_back({v, k0, k1, -1});
+      if (!local(k0, k1)) {
+        tasks.push_back({v, k0, k1, -1});
+        continue;
+      }
+      for (int64_t k = k0; k < k1; ++k) tag[a.order[k]] = kDirect;
       continue;
     }
     hot_rows.push_back(v);
     hot_first_slot.push_back(slots);
     hot_blocks.push_back((k1 - k0 + kRowBlock - 1) / kRowBlock);
-    for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock)
-      blocks.push_back({v, b0, std::min(k1, b0 + kRowBlock), slots++});
-  }
-  const int nt = N <= kDecodeTokens ? 1 : detail::threads_for(N * D);
-  std::vector<float> scratch(static_cast<size_t>((slots + nt) * D));  // hot partial sums + one row per thread
-  const auto nb = static_cast<int64_t>(blocks.size());
-#pragma omp parallel num_threads(nt)
-  {
-    float* mine = scratch.data() + (slots + omp_get_thread_num()) * D;
-    // Blocks in plan order: static contiguous ranges, so the rows two blocks
-    // ahead can be prefetched (hot rows are already cut into 64-source blocks).
-#pragma omp for schedule(static)
-    for (int64_t j = 0; j < nb; ++j) {
-      if (j + 2 < nb) {
-        prefetch_row(src + order[blocks[j + 2].k0] * D, D * 4);
-        prefetch_row(grad + blocks[j + 2].row * D, D * 4);
-      }
-      const Block& b = blocks[j];
-      if (b.slot < 0 && b.k1 - b.k0 == 1) {  // one source: grad += s, the same bits as the block sum
-        add_row(grad + b.row * D, src + order[b.k0] * D, D);
+    for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock, ++slots) {
+      const int64_t b1 = std::min(k1, b0 + kRowBlock);
+      if (!local(b0, b1)) {
+        tasks.push_back({v, b0, b1, slots});
         continue;
       }
-      float* dst = b.slot >= 0 ? scratch.data() + b.slot * D : mine;
-      sum_block(dst, src, order.data(), b.k0, b.k1, D);
-      if (b.slot < 0) add_row(grad + b.row * D, dst, D);  // the row has no other block
+      for (int64_t k = b0; k < b1; ++k) tag[a.order[k]] = 2 * slots + (k == b0 ? 1 : 0);
     }
-    // Hot rows: grad[v] += partial sums in block order, columns split across threads.
+  }
+  std::vector<float> scratch(static_cast<size_t>(slots * D));  // hot rows' block sums
+  const auto ntasks = static_cast<int64_t>(tasks.size());
+#pragma omp parallel num_threads(nt)
+  {
+    // Phase 1. A team smaller than asked for takes the extra owners in turn.
+    const int team = omp_get_num_threads();
+    for (int o = omp_get_thread_num(); o < nt; o += team) {
+      for (int64_t j = mine_start[o]; j < mine_start[o + 1]; ++j) {
+        const int64_t i = mine[j];
+        if (j + kPrefetchAhead < mine_start[o + 1] && tag[mine[j + kPrefetchAhead]] == kDirect)
+          prefetch_row(grad_a + rows_a[mine[j + kPrefetchAhead]] * D, D * 4);
+        const float* s = src + i * D;
+        float* g = tag[i] == kDirect ? grad_a + rows_a[i] * D : nullptr;
+        add_row2(g, fused ? grad_b + rows_b[i] * D : nullptr, s, D);
+        if (tag[i] >= 0) {
+          float* part = scratch.data() + (tag[i] >> 1) * D;
+          if (tag[i] & 1) {
+            std::copy(s, s + D, part);
+          } else {
+            add_row(part, s, D);
+          }
+        }
+      }
+    }
+    // Phase 2, in plan order, so the rows two tasks ahead can be prefetched.
+#pragma omp for schedule(dynamic, 16) nowait
+    for (int64_t j = 0; j < ntasks; ++j) {
+      if (j + 2 < ntasks) {
+        prefetch_row(src + a.order[tasks[j + 2].k0] * D, D * 4);
+        if (tasks[j + 2].slot < 0) prefetch_row(grad_a + tasks[j + 2].row * D, D * 4);
+      }
+      const Task& t = tasks[j];
+      if (t.slot < 0) {
+        add_rows_in_order(grad_a + t.row * D, src, a.order.data(), t.k0, t.k1, D);
+      } else {
+        sum_block(scratch.data() + t.slot * D, src, a.order.data(), t.k0, t.k1, D);
+      }
+    }
+#pragma omp barrier
+    // Hot rows: grad[v] += block sums in block order, columns split across threads.
     const int64_t col_chunk = 256;
     const int64_t chunks = (D + col_chunk - 1) / col_chunk;
     const auto hot = static_cast<int64_t>(hot_rows.size());
@@ -242,10 +365,14 @@ void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int6
       const int64_t h = item / chunks, c0 = (item % chunks) * col_chunk, len = std::min(col_chunk, D - c0);
       const int64_t v = hot_rows[h];
       for (int64_t q = 0; q < hot_blocks[h]; ++q) {
-        add_row(grad + v * D + c0, scratch.data() + (hot_first_slot[h] + q) * D + c0, len);
+        add_row(grad_a + v * D + c0, scratch.data() + (hot_first_slot[h] + q) * D + c0, len);
       }
     }
   }
+}
+
+void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int64_t N, int64_t V, int64_t D) {
+  index_add_cpu(grad, rows, V, nullptr, nullptr, 0, src, N, D);
 }
 
 TOKPOS_KERNEL_CLONES
@@ -289,7 +416,7 @@ void compose_typed_cpu(float* out, const int64_t* ids, const float* tok, int64_t
 
 const KernelTable& cpu_kernels() {
   static const KernelTable table{"cpu", compose_forward_cpu, index_add_rows_cpu, compose_forward_mixed_cpu,
-                                 compose_typed_cpu};
+                                 compose_typed_cpu, index_add_cpu};
   return table;
 }
 

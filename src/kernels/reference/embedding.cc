@@ -91,13 +91,19 @@ void compose_forward_mixed_ref(void* out, Elem out_type, const int64_t* ids, con
 }
 
 void index_add_rows_ref(float* grad, const float* src, const int64_t* rows, int64_t N, int64_t V, int64_t D) {
-  // Row by row, sources in increasing i, blocks of kRowBlock summed from their first source.
+  // Row by row, sources in increasing i: one at a time for a row with at most
+  // kRowBlock sources, else blocks of kRowBlock summed from their first source.
   std::vector<std::vector<int64_t>> sources(static_cast<size_t>(V));
   for (int64_t i = 0; i < N; ++i)
     if (rows[i] >= 0) sources[rows[i]].push_back(i);
   std::vector<float> block(static_cast<size_t>(D));
   for (int64_t v = 0; v < V; ++v) {
     const auto& list = sources[v];
+    if (list.size() <= static_cast<size_t>(kRowBlock)) {
+      for (const int64_t i : list)
+        for (int64_t d = 0; d < D; ++d) grad[v * D + d] += src[i * D + d];
+      continue;
+    }
     for (size_t b0 = 0; b0 < list.size(); b0 += kRowBlock) {
       const size_t b1 = std::min(list.size(), b0 + kRowBlock);
       for (int64_t d = 0; d < D; ++d) block[d] = src[list[b0] * D + d];
@@ -106,6 +112,13 @@ void index_add_rows_ref(float* grad, const float* src, const int64_t* rows, int6
       for (int64_t d = 0; d < D; ++d) grad[v * D + d] += block[d];
     }
   }
+}
+
+// The definition of index_add_rows2: the two index_add_rows it equals.
+void index_add_rows2_ref(float* grad_a, const int64_t* rows_a, int64_t Va, float* grad_b, const int64_t* rows_b,
+                         int64_t Vb, const float* src, int64_t N, int64_t D) {
+  index_add_rows_ref(grad_a, src, rows_a, N, Va, D);
+  if (grad_b != nullptr) index_add_rows_ref(grad_b, src, rows_b, N, Vb, D);
 }
 
 void compose_typed_ref(float* out, const int64_t* ids, const float* tok, int64_t V, int64_t unk_id,
@@ -130,7 +143,8 @@ void compose_typed_ref(float* out, const int64_t* ids, const float* tok, int64_t
 
 const KernelTable& reference_kernels() {
   static const KernelTable table{"reference", compose_forward_ref, index_add_rows_ref,
-                                 compose_forward_mixed_ref, compose_typed_ref};
+                                 compose_forward_mixed_ref, compose_typed_ref,
+                                 index_add_rows2_ref};
   return table;
 }
 
