@@ -56,6 +56,7 @@ void set_threads(benchmark::State& state) {
 
 void BM_ComposeForward(benchmark::State& state, const tokpos::kernels::KernelTable* k) {
   set_threads(state);
+  tokpos::set_stream_min_bytes(state.range(1) ? 0 : INT64_MAX);
   auto& d = gpt2();
   const auto s = kGpt2;
   for (auto _ : state) {
@@ -64,6 +65,7 @@ void BM_ComposeForward(benchmark::State& state, const tokpos::kernels::KernelTab
     benchmark::DoNotOptimize(d.out.data());
     benchmark::ClobberMemory();
   }
+  tokpos::set_stream_min_bytes(-1);
   state.SetBytesProcessed(state.iterations() * s.B * s.T * s.D * 4 * 2);
 }
 
@@ -183,12 +185,13 @@ void BM_PositionTable(benchmark::State& state) {
 }
 
 BENCHMARK_CAPTURE(BM_ComposeForward, reference, &tokpos::kernels::reference_kernels())
-    ->Arg(1)
+    ->Args({1, 0})
+    ->ArgNames({"threads", "stream"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_ComposeForward, cpu, &tokpos::kernels::cpu_kernels())
-    ->Arg(1)
-    ->Arg(2)
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->ArgNames({"threads", "stream"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_ParallelCopy)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -80,6 +80,13 @@ static void compose_checks(void) {
   for (int n = 0; n < B * T; ++n)
     for (int d = 0; d < D; ++d) ok &= out[n * D + d] == table[ids[n] * D + d] + pos[(n % T) * D + d];
   CHECK("compose forward = token row + position row t", ok);
+  float streamed[B * T * D];
+  tokpos_set_stream_min_bytes(0);
+  CHECK("stream setting reads back", tokpos_get_stream_min_bytes() == 0);
+  CHECK("streamed forward", tokpos_compose_forward(streamed, ids, B, T, table, V, pos, L, D) == TOKPOS_OK);
+  CHECK("streamed forward = the same bits", memcmp(out, streamed, sizeof out) == 0);
+  tokpos_set_stream_min_bytes(-1);
+  CHECK("negative stream setting restores a positive default", tokpos_get_stream_min_bytes() > 0);
 
   /* Backward: the same bits for 1, 2 and 7 threads. */
   static float g1[V * D], g2[V * D], p1[L * D], p2[L * D];

@@ -2,6 +2,7 @@
 // (ggml's test-backend-ops style: each case prints its parameters).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <tuple>
@@ -40,6 +41,13 @@ TEST_P(KernelAgreement, CpuMatchesReference) {
       cpu.compose_forward(b.data(), ids.data(), tok.data(), V, 0, with_pos ? pos.data() : nullptr,
                           explicit_pos ? pos_ids.data() : nullptr, 3, B, T, D);
       EXPECT_TRUE(bitwise_equal(a, b)) << "forward explicit_pos=" << explicit_pos << " with_pos=" << with_pos;
+      std::vector<float> c(N * D, -3.f);
+      tokpos::set_stream_min_bytes(0);
+      cpu.compose_forward(c.data(), ids.data(), tok.data(), V, 0, with_pos ? pos.data() : nullptr,
+                          explicit_pos ? pos_ids.data() : nullptr, 3, B, T, D);
+      tokpos::set_stream_min_bytes(-1);
+      EXPECT_TRUE(bitwise_equal(a, c)) << "streamed forward explicit_pos=" << explicit_pos
+                                       << " with_pos=" << with_pos;
     }
   }
   auto rows = ids_mod(N, V, 6);
@@ -126,17 +134,30 @@ TEST_P(KernelAgreement, MixedTypesMatchReference) {
   const auto ids = ids_mod(N, V, 14);
   const auto& ref = tokpos::kernels::reference_kernels();
   const auto& cpu = tokpos::kernels::cpu_kernels();
-  for (Elem te : {Elem::kF32, Elem::kBF16, Elem::kF16})
-    for (Elem pe : {Elem::kF32, Elem::kBF16, Elem::kF16})
-      for (Elem oe : {Elem::kF32, Elem::kBF16}) {
-        const size_t bytes = N * D * (oe == Elem::kF32 ? 4 : 2);
-        std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
-        ref.compose_forward_mixed(a.data(), oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe,
-                                  nullptr, 2, B, T, D);
-        cpu.compose_forward_mixed(b.data(), oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe,
-                                  nullptr, 2, B, T, D);
-        EXPECT_EQ(a, b) << "token " << int(te) << " pos " << int(pe) << " out " << int(oe);
-      }
+  // Through the cache and streamed (tokpos::set_stream_min_bytes), into an
+  // output that starts on a 64-byte line and one that starts one element
+  // past it (rows then straddle the 16-byte boundaries the streaming stores need).
+  for (const int64_t stream_min : {INT64_MAX, int64_t{0}})
+    for (const size_t offset_elems : {0, 1})
+      for (Elem te : {Elem::kF32, Elem::kBF16, Elem::kF16})
+        for (Elem pe : {Elem::kF32, Elem::kBF16, Elem::kF16}) {
+          for (Elem oe : {Elem::kF32, Elem::kBF16}) {
+            const size_t elem = oe == Elem::kF32 ? 4 : 2, bytes = N * D * elem;
+            std::vector<uint8_t> a(bytes, 1);
+            std::vector<uint8_t> storage(bytes + 64 + elem, 2);
+            uint8_t* b = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 +
+                         offset_elems * elem;
+            ref.compose_forward_mixed(a.data(), oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe,
+                                      nullptr, 2, B, T, D);
+            tokpos::set_stream_min_bytes(stream_min);
+            cpu.compose_forward_mixed(b, oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe,
+                                      nullptr, 2, B, T, D);
+            tokpos::set_stream_min_bytes(-1);
+            EXPECT_TRUE(std::equal(a.begin(), a.end(), b))
+                << "token " << int(te) << " pos " << int(pe) << " out " << int(oe) << " streamed "
+                << (stream_min == 0) << " offset " << offset_elems;
+          }
+        }
   tokpos::set_num_threads(0);
 }
 
@@ -241,6 +262,17 @@ TEST(Kernels, FusedBackwardInsideAnOuterParallelRegion) {
     EXPECT_TRUE(bitwise_equal(got_t[k], want_t)) << "token gradient, outer thread " << k;
     EXPECT_TRUE(bitwise_equal(got_p[k], want_p)) << "position gradient, outer thread " << k;
   }
+}
+
+TEST(Kernels, StreamMinBytesSetting) {
+  const int64_t by_default = tokpos::stream_min_bytes();
+  EXPECT_GT(by_default, 0);
+  tokpos::set_stream_min_bytes(0);
+  EXPECT_EQ(tokpos::stream_min_bytes(), 0);
+  tokpos::set_stream_min_bytes(INT64_MAX);
+  EXPECT_EQ(tokpos::stream_min_bytes(), INT64_MAX);
+  tokpos::set_stream_min_bytes(-5);  // negative: back to the default
+  EXPECT_EQ(tokpos::stream_min_bytes(), by_default);
 }
 
 TEST(Kernels, ActiveIsTheCpuBackEnd) {

@@ -1,8 +1,11 @@
-// tokpos/threading.h: how many threads the kernels use.
+// tokpos/threading.h: how the kernels run: how many threads, and when the
+// forward streams its output past the cache.
 //
 // Results never depend on this number: every kernel is deterministic and
 // bitwise identical for any thread count (tests check 1, 2 and 7).
 #pragma once
+
+#include <cstdint>
 
 namespace tokpos {
 
@@ -14,5 +17,16 @@ void set_num_threads(int n);
 
 // The count the next kernel call will use (>= 1).
 int num_threads();
+
+// A forward whose output is at least this many bytes writes it with
+// non-temporal (streaming) stores: each output line goes to memory without
+// first being read, and without evicting the tables from the cache, which is
+// what lets a large forward run at memory-copy speed. A smaller output is
+// written through the cache, where the next layer finds it. bytes < 0 restores
+// the default, half the last-level cache (TOKPOS_STREAM_MIN_BYTES in the
+// environment sets it at start-up); 0 streams every output except a decode
+// step's; INT64_MAX never streams. Results are the same bits either way.
+void set_stream_min_bytes(int64_t bytes);
+int64_t stream_min_bytes();
 
 }  // namespace tokpos

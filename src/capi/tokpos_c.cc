@@ -135,6 +135,12 @@ void tokpos_set_num_threads(int n) {
 int tokpos_get_num_threads(void) {
   return tokpos::num_threads();
 }
+void tokpos_set_stream_min_bytes(int64_t bytes) {
+  tokpos::set_stream_min_bytes(bytes);
+}
+int64_t tokpos_get_stream_min_bytes(void) {
+  return tokpos::stream_min_bytes();
+}
 
 float tokpos_pe_sinusoidal(int64_t pos, int64_t dim, int64_t hidden_dim) {
   float value = std::numeric_limits<float>::quiet_NaN();

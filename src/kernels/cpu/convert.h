@@ -20,23 +20,37 @@ inline float to_f32(float x) {
 inline float to_f32(bf16_t x) {
   return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16);
 }
-inline float to_f32(f16_t x) {
-  // Shift exponent and mantissa into float position: that value is x * 2^-112
-  // for normals and subnormals alike, so one multiplication finishes it.
-  const uint32_t h = x.bits;
-  const uint32_t sign = (h & 0x8000u) << 16;
-  const uint32_t em = h & 0x7fffu;
-  const float magnitude = std::bit_cast<float>(em << 13) * 0x1p112f;
-  const uint32_t inf_nan = em >= 0x7c00u ? 0x7f800000u | (em << 13) : 0u;  // keep Inf and NaN
-  return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(magnitude) | inf_nan);
+// The bit formulas below are templates so that the same code serves one
+// value (U = uint32_t, F = float) and a GCC vector of them (the streaming
+// forward), which is what makes both give the same bits.
+
+// binary16 bits (in the low half of U) -> float. Shift exponent and mantissa
+// into float position: that value is x * 2^-112 for normals and subnormals
+// alike, so one multiplication finishes it; Inf and NaN keep their payload.
+template <typename U, typename F>
+inline F f16_bits_to_f32(U h) {
+  const U sign = (h & 0x8000u) << 16;
+  const U em = h & 0x7fffu;
+  const F magnitude = std::bit_cast<F>(U(em << 13)) * 0x1p112f;
+  const U inf_nan = em >= 0x7c00u ? U(0x7f800000u | (em << 13)) : U{};
+  return std::bit_cast<F>(U(sign | std::bit_cast<U>(magnitude) | inf_nan));
 }
 
-// float -> bfloat16, round to nearest even; NaN stays NaN (quiet).
+// float -> bfloat16 bits (in the low half of U), round to nearest even; NaN
+// stays NaN (quiet).
+template <typename U, typename F>
+inline U f32_to_bf16_bits(F f) {
+  const U u = std::bit_cast<U>(f);
+  const U rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (u & 0x7fffffffu) > 0x7f800000u ? U((u >> 16) | 0x40u) : rounded;
+}
+
+inline float to_f32(f16_t x) {
+  return f16_bits_to_f32<uint32_t, float>(x.bits);
+}
+
 inline bf16_t to_bf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-  return {static_cast<uint16_t>(nan ? (u >> 16) | 0x40u : rounded)};
+  return {static_cast<uint16_t>(f32_to_bf16_bits<uint32_t, float>(f))};
 }
 
 }  // namespace tokpos::kernels

@@ -1,15 +1,23 @@
 // CPU kernels: OpenMP over tokens (forward) or over owned row ranges
 // (backward), auto-vectorised inner loops. Bitwise equal to the reference.
+// The streaming helpers (and convert.h's templates, instantiated for them) pass
+// 64-byte GCC vectors between always-inline functions: no ABI is involved.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#include <emmintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "common/parallel.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/kernels.h"
 #include "kernels/layer_norm.h"
+#include "tokpos/threading.h"
 
 namespace tokpos::kernels {
 namespace {
@@ -39,13 +47,81 @@ inline void store(Out* out, float v) {
   }
 }
 
+// Streaming stores. Sixteen elements at a time in GCC vectors, which each
+// clone compiles to its widest registers (one zmm, two ymm or four xmm), using
+// the same bit formulas as the scalar conversions (convert.h), so the same
+// bits. The stores are SSE2 non-temporal stores, available in every clone: the
+// line goes to memory without first being read (no read-for-ownership) and
+// without evicting the tables from the cache.
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef float f32x16 __attribute__((vector_size(64)));
+
+__attribute__((always_inline)) inline f32x16 load16(const float* p) {
+  f32x16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+__attribute__((always_inline)) inline u32x16 load16_bits(const uint16_t* p) {
+  u16x16 h;
+  std::memcpy(&h, p, sizeof h);
+  return __builtin_convertvector(h, u32x16);
+}
+__attribute__((always_inline)) inline f32x16 load16(const bf16_t* p) {
+  return std::bit_cast<f32x16>(u32x16(load16_bits(&p->bits) << 16));
+}
+__attribute__((always_inline)) inline f32x16 load16(const f16_t* p) {
+  return f16_bits_to_f32<u32x16, f32x16>(load16_bits(&p->bits));
+}
+
+// p must be 16-byte aligned.
+__attribute__((always_inline)) inline void stream16(float* p, f32x16 v) {
+  _mm_stream_ps(p, __builtin_shufflevector(v, v, 0, 1, 2, 3));
+  _mm_stream_ps(p + 4, __builtin_shufflevector(v, v, 4, 5, 6, 7));
+  _mm_stream_ps(p + 8, __builtin_shufflevector(v, v, 8, 9, 10, 11));
+  _mm_stream_ps(p + 12, __builtin_shufflevector(v, v, 12, 13, 14, 15));
+}
+__attribute__((always_inline)) inline void stream16(bf16_t* p, f32x16 v) {
+  const u16x16 h = __builtin_convertvector(f32_to_bf16_bits<u32x16, f32x16>(v), u16x16);
+  auto* q = reinterpret_cast<__m128i*>(p);
+  _mm_stream_si128(q, std::bit_cast<__m128i>(__builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7)));
+  _mm_stream_si128(q + 1, std::bit_cast<__m128i>(__builtin_shufflevector(h, h, 8, 9, 10, 11, 12, 13, 14, 15)));
+}
+
+// out[0, len) = token row (+ position row), widened, added, stored as Out.
+template <typename Tok, typename Pos, typename Out>
+__attribute__((always_inline)) inline void row_sum(Out* __restrict out, const Tok* __restrict wte,
+                                                   const Pos* __restrict wpe, int64_t len) {
+  if (wpe == nullptr) {
+    for (int64_t d = 0; d < len; ++d) store(out + d, to_f32(wte[d]));
+  } else {
+    for (int64_t d = 0; d < len; ++d) store(out + d, to_f32(wte[d]) + to_f32(wpe[d]));
+  }
+}
+
+// row_sum with streaming stores: plain stores up to the first 16-byte
+// boundary of out and for the last D % 16 elements, streamed in between.
+template <typename Tok, typename Pos, typename Out>
+__attribute__((always_inline)) inline void row_sum_stream(Out* out, const Tok* wte, const Pos* wpe, int64_t D) {
+  const auto misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) % 16);
+  const int64_t head = std::min(D, misalign == 0 ? 0 : (16 - misalign) / static_cast<int64_t>(sizeof(Out)));
+  row_sum(out, wte, wpe, head);
+  int64_t d = head;
+  if (wpe == nullptr) {
+    for (; d + 16 <= D; d += 16) stream16(out + d, load16(wte + d));
+  } else {
+    for (; d + 16 <= D; d += 16) stream16(out + d, load16(wte + d) + load16(wpe + d));
+  }
+  row_sum(out + d, wte + d, wpe == nullptr ? nullptr : wpe + d, D - d);
+}
+
 // Tokens [n0, n1) of compose_forward_mixed: the whole computation, inlined
 // into each clone of compose_range so every clone vectorises it for its ISA.
-template <typename Tok, typename Pos, typename Out>
+template <typename Tok, typename Pos, typename Out, bool kStream>
 __attribute__((always_inline)) inline void rows(void* out_v, const int64_t* ids, const void* tok_v, int64_t V,
                                                 int64_t unk_id, const void* pos_v, const int64_t* pos_ids,
                                                 int64_t start, int64_t T, int64_t D, int64_t n0, int64_t n1) {
-  Out* __restrict out = static_cast<Out*>(out_v);
+  Out* out = static_cast<Out*>(out_v);
   const Tok* tok = static_cast<const Tok*>(tok_v);
   const Pos* pos = static_cast<const Pos*>(pos_v);
   for (int64_t n = n0; n < n1; ++n) {
@@ -54,40 +130,42 @@ __attribute__((always_inline)) inline void rows(void* out_v, const int64_t* ids,
       if (id >= 0 && id < V) prefetch_row(tok + id * D, D * static_cast<int64_t>(sizeof(Tok)));
     }
     const int64_t ix = (ids[n] >= 0 && ids[n] < V) ? ids[n] : unk_id;
-    const Tok* __restrict wte_ix = tok + ix * D;
-    Out* __restrict out_n = out + n * D;
-    if (pos == nullptr) {
-      for (int64_t d = 0; d < D; ++d) store(out_n + d, to_f32(wte_ix[d]));
+    const Pos* wpe_p = pos == nullptr ? nullptr : pos + (pos_ids ? pos_ids[n] : start + n % T) * D;
+    if constexpr (kStream) {
+      row_sum_stream(out + n * D, tok + ix * D, wpe_p, D);
     } else {
-      const int64_t p = pos_ids ? pos_ids[n] : start + n % T;
-      const Pos* __restrict wpe_p = pos + p * D;
-      for (int64_t d = 0; d < D; ++d) store(out_n + d, to_f32(wte_ix[d]) + to_f32(wpe_p[d]));
+      row_sum(out + n * D, tok + ix * D, wpe_p, D);
     }
   }
+  if constexpr (kStream) _mm_sfence();  // order the streamed lines before the team's barrier
 }
 
 template <typename Tok, typename Pos>
 __attribute__((always_inline)) inline void rows_out(void* out, Elem out_type, const int64_t* ids,
                                                     const void* tok, int64_t V, int64_t unk, const void* pos,
                                                     const int64_t* pos_ids, int64_t start, int64_t T,
-                                                    int64_t D, int64_t n0, int64_t n1) {
-  if (out_type == Elem::kF32)
-    return rows<Tok, Pos, float>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
-  rows<Tok, Pos, bf16_t>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+                                                    int64_t D, int64_t n0, int64_t n1, bool stream) {
+  if (out_type == Elem::kF32) {
+    if (stream) return rows<Tok, Pos, float, true>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+    return rows<Tok, Pos, float, false>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+  }
+  if (stream) return rows<Tok, Pos, bf16_t, true>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+  rows<Tok, Pos, bf16_t, false>(out, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
 }
 
 template <typename Tok>
 __attribute__((always_inline)) inline void rows_pos(void* out, Elem out_type, const int64_t* ids,
                                                     const void* tok, int64_t V, int64_t unk, const void* pos,
                                                     Elem pos_type, const int64_t* pos_ids, int64_t start,
-                                                    int64_t T, int64_t D, int64_t n0, int64_t n1) {
+                                                    int64_t T, int64_t D, int64_t n0, int64_t n1,
+                                                    bool stream) {
   switch (pos_type) {
     case Elem::kF32:
-      return rows_out<Tok, float>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+      return rows_out<Tok, float>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1, stream);
     case Elem::kBF16:
-      return rows_out<Tok, bf16_t>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+      return rows_out<Tok, bf16_t>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1, stream);
     case Elem::kF16:
-      return rows_out<Tok, f16_t>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1);
+      return rows_out<Tok, f16_t>(out, out_type, ids, tok, V, unk, pos, pos_ids, start, T, D, n0, n1, stream);
   }
 }
 
@@ -95,14 +173,17 @@ __attribute__((always_inline)) inline void rows_pos(void* out, Elem out_type, co
 TOKPOS_KERNEL_CLONES
 void compose_range(void* out, Elem out_type, const int64_t* ids, const void* tok, Elem tok_type, int64_t V,
                    int64_t unk, const void* pos, Elem pos_type, const int64_t* pos_ids, int64_t start,
-                   int64_t T, int64_t D, int64_t n0, int64_t n1) {
+                   int64_t T, int64_t D, int64_t n0, int64_t n1, bool stream) {
   switch (tok_type) {
     case Elem::kF32:
-      return rows_pos<float>(out, out_type, ids, tok, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1);
+      return rows_pos<float>(out, out_type, ids, tok, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1,
+                           stream);
     case Elem::kBF16:
-      return rows_pos<bf16_t>(out, out_type, ids, tok, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1);
+      return rows_pos<bf16_t>(out, out_type, ids, tok, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1,
+                           stream);
     case Elem::kF16:
-      return rows_pos<f16_t>(out, out_type, ids, tok, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1);
+      return rows_pos<f16_t>(out, out_type, ids, tok, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1,
+                           stream);
   }
 }
 
@@ -123,8 +204,11 @@ void over_token_ranges(int64_t N, int64_t work, Rows&& rows) {
 void compose_forward_mixed_cpu(void* out, Elem out_type, const int64_t* ids, const void* tok, Elem tok_type,
                                int64_t V, int64_t unk, const void* pos, Elem pos_type, const int64_t* pos_ids,
                                int64_t start, int64_t B, int64_t T, int64_t D) {
+  const int64_t out_bytes = B * T * D * (out_type == Elem::kF32 ? 4 : 2);
+  const bool stream = B * T > kDecodeTokens && out_bytes >= stream_min_bytes();
   over_token_ranges(B * T, B * T * D, [&](int64_t n0, int64_t n1) {
-    compose_range(out, out_type, ids, tok, tok_type, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1);
+    compose_range(out, out_type, ids, tok, tok_type, V, unk, pos, pos_type, pos_ids, start, T, D, n0, n1,
+                  stream);
   });
 }
 
