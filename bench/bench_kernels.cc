@@ -50,15 +50,24 @@ Data& gpt2() {
   return d;
 }
 
+constexpr Shape kLlama{32000, 4096, 4096, 1, 2048};  // Llama-2-7B width, one 2048-token sequence
+
+Data& llama() {
+  static Data d(kLlama);
+  return d;
+}
+
 void set_threads(benchmark::State& state) {
   tokpos::set_num_threads(static_cast<int>(state.range(0)));
 }
 
+// range(1): 1 = streaming stores, 0 = through the cache; range(2): 1 = the
+// Llama-2-7B shape (position rows are not reused: B = 1), 0 = GPT-2.
 void BM_ComposeForward(benchmark::State& state, const tokpos::kernels::KernelTable* k) {
   set_threads(state);
   tokpos::set_stream_min_bytes(state.range(1) ? 0 : INT64_MAX);
-  auto& d = gpt2();
-  const auto s = kGpt2;
+  auto& d = state.range(2) ? llama() : gpt2();
+  const auto s = state.range(2) ? kLlama : kGpt2;
   for (auto _ : state) {
     k->compose_forward(d.out.data(), d.ids.data(), d.tok.data(), s.V, 0, d.pos.data(), nullptr, 0, s.B, s.T,
                        s.D);
@@ -146,7 +155,7 @@ void BM_IndexAddHotRow(benchmark::State& state, const tokpos::kernels::KernelTab
 // The bandwidth line: copy as many bytes as the forward writes, in parallel.
 void BM_ParallelCopy(benchmark::State& state) {
   set_threads(state);
-  auto& d = gpt2();
+  auto& d = state.range(1) ? llama() : gpt2();
   const int64_t n = static_cast<int64_t>(d.out.size());
   const int nt = tokpos::num_threads();
   for (auto _ : state) {
@@ -185,16 +194,20 @@ void BM_PositionTable(benchmark::State& state) {
 }
 
 BENCHMARK_CAPTURE(BM_ComposeForward, reference, &tokpos::kernels::reference_kernels())
-    ->Args({1, 0})
-    ->ArgNames({"threads", "stream"})
+    ->Args({1, 0, 0})
+    ->ArgNames({"threads", "stream", "llama"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_ComposeForward, cpu, &tokpos::kernels::cpu_kernels())
-    ->ArgsProduct({{1, 2}, {0, 1}})
-    ->ArgNames({"threads", "stream"})
+    ->ArgsProduct({{1, 2}, {0, 1}, {0, 1}})
+    ->ArgNames({"threads", "stream", "llama"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK(BM_ParallelCopy)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ParallelCopy)
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->ArgNames({"threads", "llama"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_IndexAddRows, reference, &tokpos::kernels::reference_kernels())
     ->Arg(1)
     ->Unit(benchmark::kMillisecond)
