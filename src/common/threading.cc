@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "common/parallel.h"
 
@@ -21,15 +23,39 @@ int initial_threads() {
 }
 std::atomic<int> g_threads{initial_threads()};
 
-// Half the last-level cache (the largest cache sysconf reports), 16 MiB if
-// it reports none.
-int64_t default_stream_min_bytes() {
-  long llc = 0;
-  for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
-    llc = sysconf(name);
-    if (llc > 0) break;
+// The last-level cache in bytes: the largest data or unified cache of CPU 0
+// that the kernel lists in sysfs (what lscpu shows), else what sysconf says
+// (glibc's figure can be the host's, not the VM's: 320 MiB for a 32 MiB L3
+// here), else 0.
+int64_t last_level_cache_bytes() {
+  int64_t best = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream type_file(dir + "type"), size_file(dir + "size");
+    std::string type, size;
+    if (!(type_file >> type) || !(size_file >> size) || type == "Instruction") continue;
+    char* end = nullptr;
+    int64_t bytes = std::strtoll(size.c_str(), &end, 10);
+    if (*end == 'K') bytes <<= 10;
+    if (*end == 'M') bytes <<= 20;
+    if (*end == 'G') bytes <<= 30;
+    best = std::max(best, bytes);
   }
-  return llc > 0 ? llc / 2 : int64_t{16} << 20;
+  if (best > 0) return best;
+  for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    const long bytes = sysconf(name);
+    if (bytes > 0) return bytes;
+  }
+  return 0;
+}
+
+// Half the last-level cache; 16 MiB if it is unknown.
+int64_t default_stream_min_bytes() {
+  static const int64_t bytes = [] {
+    const int64_t llc = last_level_cache_bytes();
+    return llc > 0 ? llc / 2 : int64_t{16} << 20;
+  }();
+  return bytes;
 }
 int64_t initial_stream_min_bytes() {
   const char* env = std::getenv("TOKPOS_STREAM_MIN_BYTES");
