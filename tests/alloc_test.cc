@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 #include <vector>
@@ -36,7 +37,10 @@ namespace {
 TEST(Allocation, ForwardIntoACallerBufferAllocatesNothing) {
   for (int threads : {1, 2}) {
     tokpos::set_num_threads(threads);
-    for (bool learned : {false, true}) {
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool learned = mode & 1;
+      // Through the cache, and with streaming stores (this 2 MiB output streams at 0).
+      tokpos::set_stream_min_bytes(mode & 2 ? 0 : INT64_MAX);
       std::unique_ptr<tokpos::PositionalEmbedding> pos;
       if (learned) {
         pos = std::make_unique<tokpos::LearnedPositionalEmbedding>(
@@ -54,10 +58,12 @@ TEST(Allocation, ForwardIntoACallerBufferAllocatesNothing) {
       c.forward(std::span(ids).first(1), 1, 1, std::span<float>(out.data(), 256),
                 {.positions = {.start = 77}});  // decode
       c.token().forward(ids, 4, 512, out);
-      EXPECT_EQ(g_allocations.load() - before, 0) << "threads " << threads << " learned " << learned;
+      EXPECT_EQ(g_allocations.load() - before, 0)
+          << "threads " << threads << " learned " << learned << " streamed " << (mode >> 1);
     }
   }
   tokpos::set_num_threads(0);
+  tokpos::set_stream_min_bytes(-1);
 }
 
 }  // namespace
