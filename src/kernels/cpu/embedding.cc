@@ -322,102 +322,121 @@ RowPlan make_plan(const int64_t* rows, int64_t N, int64_t V) {
 //     threads (one task per row, its sources in order) and hot blocks (summed
 //     into scratch). Then the hot rows add their block sums in order.
 // Which thread does what never changes the order of additions for any row,
-// so the bits are the same for every thread count. A b row with more than
-// kRowBlock sources (positions with B > 64) would need a block sum spread
-// over threads; then grad_a and grad_b get a call each.
-void index_add_cpu(float* grad_a, const int64_t* rows_a, int64_t Va, float* grad_b, const int64_t* rows_b,
-                   int64_t Vb, const float* src, int64_t N, int64_t D) {
-  const int nt = N <= kDecodeTokens ? 1 : detail::threads_for(N * D);
-  RowPlan b;
-  const bool fused = grad_b != nullptr;
-  if (fused) {
-    b = make_plan(rows_b, N, Vb);
-    for (size_t g = 0; g < b.rows.size(); ++g) {
-      if (b.sources(g) > kRowBlock) {  // a b row used more than kRowBlock times (positions with B > 64)
-        index_add_cpu(grad_a, rows_a, Va, nullptr, nullptr, 0, src, N, D);
-        return index_add_cpu(grad_b, rows_b, Vb, nullptr, nullptr, 0, src, N, D);
+// so the bits are the same for every thread count. The constructor makes
+// every allocation, so a failed one leaves the gradients as they were.
+class Scatter {
+ public:
+  // b: the plan of rows_b, to fill grad_b in the same pass (every b row used
+  // at most kRowBlock times), or null for grad_a alone.
+  Scatter(const int64_t* rows_a, int64_t Va, const int64_t* rows_b, const RowPlan* b, int64_t N, int64_t D)
+      : rows_a_(rows_a), rows_b_(rows_b), D_(D), nt_(N <= kDecodeTokens ? 1 : detail::threads_for(N * D)),
+        a_(make_plan(rows_a, N, Va)) {
+    assign_owners(b, N);
+    plan_tasks();
+    scratch_.resize(static_cast<size_t>(slots_ * D));
+  }
+
+  void run(float* grad_a, float* grad_b, const float* src);
+
+ private:
+  // Phase 1's owners: with b, thread o owns the b rows whose sources start
+  // in the o-th share of b's sources; without, the o-th range of i. mine_
+  // lists each owner's sources in increasing i.
+  void assign_owners(const RowPlan* b, int64_t N) {
+    owner_.assign(static_cast<size_t>(N), -1);
+    if (b != nullptr) {
+      const auto total = static_cast<int64_t>(b->order.size());
+      for (size_t g = 0; g < b->rows.size(); ++g) {
+        const auto o = static_cast<int32_t>(b->start[g] * nt_ / std::max<int64_t>(total, 1));
+        for (int64_t k = b->start[g]; k < b->start[g + 1]; ++k) owner_[b->order[k]] = o;
+      }
+    } else {
+      for (int64_t i = 0; i < N; ++i)
+        if (rows_a_[i] >= 0) owner_[i] = static_cast<int32_t>(i * nt_ / N);
+    }
+    mine_start_.assign(static_cast<size_t>(nt_) + 1, 0);
+    for (int64_t i = 0; i < N; ++i)
+      if (owner_[i] >= 0) ++mine_start_[owner_[i] + 1];
+    for (int o = 0; o < nt_; ++o) mine_start_[o + 1] += mine_start_[o];
+    mine_.resize(static_cast<size_t>(mine_start_[nt_]));
+    std::vector<int64_t> fill(mine_start_.begin(), mine_start_.end() - 1);
+    for (int64_t i = 0; i < N; ++i)
+      if (owner_[i] >= 0) mine_[fill[owner_[i]]++] = i;
+  }
+
+  // True if the a sources order[k0..k1) all belong to one phase-1 owner.
+  bool local(int64_t k0, int64_t k1) const {
+    const int32_t o = owner_[a_.order[k0]];
+    for (int64_t k = k0; k < k1; ++k)
+      if (owner_[a_.order[k]] != o || o < 0) return false;
+    return true;
+  }
+
+  // Tags for phase 1, tasks for phase 2, slots for hot blocks.
+  void plan_tasks() {
+    tag_.assign(owner_.size(), kLater);
+    for (size_t g = 0; g < a_.rows.size(); ++g) {
+      const int64_t v = a_.rows[g], k0 = a_.start[g], k1 = a_.start[g + 1];
+      if (k1 - k0 <= kRowBlock) {
+        if (!local(k0, k1)) {
+          tasks_.push_back({v, k0, k1, -1});
+          continue;
+        }
+        for (int64_t k = k0; k < k1; ++k) tag_[a_.order[k]] = kDirect;
+        continue;
+      }
+      hot_rows_.push_back(v);
+      hot_first_slot_.push_back(slots_);
+      hot_blocks_.push_back((k1 - k0 + kRowBlock - 1) / kRowBlock);
+      for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock, ++slots_) {
+        const int64_t b1 = std::min(k1, b0 + kRowBlock);
+        if (!local(b0, b1)) {
+          tasks_.push_back({v, b0, b1, slots_});
+          continue;
+        }
+        for (int64_t k = b0; k < b1; ++k) tag_[a_.order[k]] = 2 * slots_ + (k == b0 ? 1 : 0);
       }
     }
   }
-  const RowPlan a = make_plan(rows_a, N, Va);
-  // Phase 1's owners: with grad_b, thread o owns the b rows whose sources
-  // start in the o-th share of b's sources; without, the o-th range of i.
-  // `mine` lists each owner's sources in increasing i.
-  std::vector<int32_t> owner(static_cast<size_t>(N), -1);
-  if (fused) {
-    const auto total = static_cast<int64_t>(b.order.size());
-    for (size_t g = 0; g < b.rows.size(); ++g) {
-      const auto o = static_cast<int32_t>(b.start[g] * nt / std::max<int64_t>(total, 1));
-      for (int64_t k = b.start[g]; k < b.start[g + 1]; ++k) owner[b.order[k]] = o;
-    }
-  } else {
-    for (int64_t i = 0; i < N; ++i)
-      if (rows_a[i] >= 0) owner[i] = static_cast<int32_t>(i * nt / N);
-  }
-  std::vector<int64_t> mine, mine_start(static_cast<size_t>(nt) + 1, 0);
-  for (int64_t i = 0; i < N; ++i)
-    if (owner[i] >= 0) ++mine_start[owner[i] + 1];
-  for (int o = 0; o < nt; ++o) mine_start[o + 1] += mine_start[o];
-  mine.resize(static_cast<size_t>(mine_start[nt]));
-  std::vector<int64_t> fill(mine_start.begin(), mine_start.end() - 1);
-  for (int64_t i = 0; i < N; ++i)
-    if (owner[i] >= 0) mine[fill[owner[i]]++] = i;
-  // True if sources order[k0..k1) all belong to one phase-1 owner.
-  auto local = [&](int64_t k0, int64_t k1) {
-    const int32_t o = owner[a.order[k0]];
-    for (int64_t k = k0; k < k1; ++k)
-      if (owner[a.order[k]] != o || o < 0) return false;
-    return true;
-  };
+
   // What phase 1 does with each source's a row: kLater (phase 2 does it),
   // kDirect (grad_a row += it), or 2 * slot + first (a hot block's partial sum).
-  constexpr int64_t kLater = -1, kDirect = -2;
-  std::vector<int64_t> tag(static_cast<size_t>(N), kLater);
+  static constexpr int64_t kLater = -1, kDirect = -2;
   struct Task {
     int64_t row, k0, k1, slot;  // slot < 0: the row's sources one at a time; else a hot block into scratch
   };
-  std::vector<Task> tasks;
-  std::vector<int64_t> hot_rows, hot_first_slot, hot_blocks;
-  int64_t slots = 0;
-  for (size_t g = 0; g < a.rows.size(); ++g) {
-    const int64_t v = a.rows[g], k0 = a.start[g], k1 = a.start[g + 1];
-    if (k1 - k0 <= kRowBlock) {
-      if (!local(k0, k1)) {
-        tasks.push_back({v, k0, k1, -1});
-        continue;
-      }
-      for (int64_t k = k0; k < k1; ++k) tag[a.order[k]] = kDirect;
-      continue;
-    }
-    hot_rows.push_back(v);
-    hot_first_slot.push_back(slots);
-    hot_blocks.push_back((k1 - k0 + kRowBlock - 1) / kRowBlock);
-    for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock, ++slots) {
-      const int64_t b1 = std::min(k1, b0 + kRowBlock);
-      if (!local(b0, b1)) {
-        tasks.push_back({v, b0, b1, slots});
-        continue;
-      }
-      for (int64_t k = b0; k < b1; ++k) tag[a.order[k]] = 2 * slots + (k == b0 ? 1 : 0);
-    }
-  }
-  std::vector<float> scratch(static_cast<size_t>(slots * D));  // hot rows' block sums
-  const auto ntasks = static_cast<int64_t>(tasks.size());
-#pragma omp parallel num_threads(nt)
+  const int64_t* rows_a_;
+  const int64_t* rows_b_;
+  int64_t D_;
+  int nt_;
+  RowPlan a_;
+  std::vector<int32_t> owner_;
+  std::vector<int64_t> mine_, mine_start_, tag_;
+  std::vector<Task> tasks_;
+  std::vector<int64_t> hot_rows_, hot_first_slot_, hot_blocks_;
+  int64_t slots_ = 0;
+  std::vector<float> scratch_;  // hot rows' block sums
+};
+
+void Scatter::run(float* grad_a, float* grad_b, const float* src) {
+  const int64_t D = D_;
+  const auto ntasks = static_cast<int64_t>(tasks_.size());
+#pragma omp parallel num_threads(nt_)
   {
     // Phase 1. A team smaller than asked for takes the extra owners in turn.
     const int team = omp_get_num_threads();
-    for (int o = omp_get_thread_num(); o < nt; o += team) {
-      for (int64_t j = mine_start[o]; j < mine_start[o + 1]; ++j) {
-        const int64_t i = mine[j];
-        if (j + kPrefetchAhead < mine_start[o + 1] && tag[mine[j + kPrefetchAhead]] == kDirect)
-          prefetch_row(grad_a + rows_a[mine[j + kPrefetchAhead]] * D, D * 4);
+    for (int o = omp_get_thread_num(); o < nt_; o += team) {
+      const int64_t j1 = mine_start_[o + 1];
+      for (int64_t j = mine_start_[o]; j < j1; ++j) {
+        const int64_t i = mine_[j];
+        if (j + kPrefetchAhead < j1 && tag_[mine_[j + kPrefetchAhead]] == kDirect)
+          prefetch_row(grad_a + rows_a_[mine_[j + kPrefetchAhead]] * D, D * 4);
         const float* s = src + i * D;
-        float* g = tag[i] == kDirect ? grad_a + rows_a[i] * D : nullptr;
-        add_row2(g, fused ? grad_b + rows_b[i] * D : nullptr, s, D);
-        if (tag[i] >= 0) {
-          float* part = scratch.data() + (tag[i] >> 1) * D;
-          if (tag[i] & 1) {
+        float* g = tag_[i] == kDirect ? grad_a + rows_a_[i] * D : nullptr;
+        add_row2(g, grad_b != nullptr ? grad_b + rows_b_[i] * D : nullptr, s, D);
+        if (tag_[i] >= 0) {
+          float* part = scratch_.data() + (tag_[i] >> 1) * D;
+          if (tag_[i] & 1) {
             std::copy(s, s + D, part);
           } else {
             add_row(part, s, D);
@@ -429,30 +448,44 @@ void index_add_cpu(float* grad_a, const int64_t* rows_a, int64_t Va, float* grad
 #pragma omp for schedule(dynamic, 16) nowait
     for (int64_t j = 0; j < ntasks; ++j) {
       if (j + 2 < ntasks) {
-        prefetch_row(src + a.order[tasks[j + 2].k0] * D, D * 4);
-        if (tasks[j + 2].slot < 0) prefetch_row(grad_a + tasks[j + 2].row * D, D * 4);
+        prefetch_row(src + a_.order[tasks_[j + 2].k0] * D, D * 4);
+        if (tasks_[j + 2].slot < 0) prefetch_row(grad_a + tasks_[j + 2].row * D, D * 4);
       }
-      const Task& t = tasks[j];
+      const Task& t = tasks_[j];
       if (t.slot < 0) {
-        add_rows_in_order(grad_a + t.row * D, src, a.order.data(), t.k0, t.k1, D);
+        add_rows_in_order(grad_a + t.row * D, src, a_.order.data(), t.k0, t.k1, D);
       } else {
-        sum_block(scratch.data() + t.slot * D, src, a.order.data(), t.k0, t.k1, D);
+        sum_block(scratch_.data() + t.slot * D, src, a_.order.data(), t.k0, t.k1, D);
       }
     }
 #pragma omp barrier
     // Hot rows: grad[v] += block sums in block order, columns split across threads.
     const int64_t col_chunk = 256;
     const int64_t chunks = (D + col_chunk - 1) / col_chunk;
-    const auto hot = static_cast<int64_t>(hot_rows.size());
+    const auto hot = static_cast<int64_t>(hot_rows_.size());
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < hot * chunks; ++item) {
       const int64_t h = item / chunks, c0 = (item % chunks) * col_chunk, len = std::min(col_chunk, D - c0);
-      const int64_t v = hot_rows[h];
-      for (int64_t q = 0; q < hot_blocks[h]; ++q) {
-        add_row(grad_a + v * D + c0, scratch.data() + (hot_first_slot[h] + q) * D + c0, len);
+      const int64_t v = hot_rows_[h];
+      for (int64_t q = 0; q < hot_blocks_[h]; ++q) {
+        add_row(grad_a + v * D + c0, scratch_.data() + (hot_first_slot_[h] + q) * D + c0, len);
       }
     }
   }
+}
+
+void index_add_cpu(float* grad_a, const int64_t* rows_a, int64_t Va, float* grad_b, const int64_t* rows_b,
+                   int64_t Vb, const float* src, int64_t N, int64_t D) {
+  if (grad_b == nullptr) return Scatter(rows_a, Va, nullptr, nullptr, N, D).run(grad_a, nullptr, src);
+  const RowPlan b = make_plan(rows_b, N, Vb);
+  bool hot_b = false;
+  for (size_t g = 0; g < b.rows.size(); ++g) hot_b = hot_b || b.sources(g) > kRowBlock;
+  if (!hot_b) return Scatter(rows_a, Va, rows_b, &b, N, D).run(grad_a, grad_b, src);
+  // A b row used more than kRowBlock times (positions with B > 64) would need
+  // its block sums spread over threads: one call each, both planned first.
+  Scatter first(rows_a, Va, nullptr, nullptr, N, D), second(rows_b, Vb, nullptr, nullptr, N, D);
+  first.run(grad_a, nullptr, src);
+  second.run(grad_b, nullptr, src);
 }
 
 void index_add_rows_cpu(float* grad, const float* src, const int64_t* rows, int64_t N, int64_t V, int64_t D) {
