@@ -1,6 +1,8 @@
 // Private: the kernels. Free functions on raw pointers with explicit B, T, D.
-// They never allocate and never check: the modules validate every id and
-// position first, so a kernel only ever sees valid input.
+// They never check: the modules validate every id and position first, so a
+// kernel only ever sees valid input. The forward kernels never allocate; the
+// backward kernels allocate their O(B*T) plan (never V x D) before writing
+// anything, so std::bad_alloc leaves the gradients as they were.
 //
 // Each back end fills a KernelTable (as ggml's backends do); the reference
 // back end is plain loops and is the source of truth, every other back end
