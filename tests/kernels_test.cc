@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <tuple>
 #include <vector>
 
@@ -273,6 +274,14 @@ TEST(Kernels, StreamMinBytesSetting) {
   EXPECT_EQ(tokpos::stream_min_bytes(), INT64_MAX);
   tokpos::set_stream_min_bytes(-5);  // negative: back to the default
   EXPECT_EQ(tokpos::stream_min_bytes(), by_default);
+}
+
+// Run by ctest as stream_min_bytes_env with TOKPOS_STREAM_MIN_BYTES=123456
+// (tests/CMakeLists.txt); skipped when the variable is not set.
+TEST(Kernels, StreamMinBytesFromTheEnvironment) {
+  const char* env = std::getenv("TOKPOS_STREAM_MIN_BYTES");
+  if (env == nullptr) GTEST_SKIP() << "TOKPOS_STREAM_MIN_BYTES is not set";
+  EXPECT_EQ(tokpos::stream_min_bytes(), std::atoll(env));
 }
 
 TEST(Kernels, ActiveIsTheCpuBackEnd) {

@@ -66,7 +66,9 @@ int64_t initial_stream_min_bytes() {
   }
   return default_stream_min_bytes();
 }
-std::atomic<int64_t> g_stream_min_bytes{initial_stream_min_bytes()};
+// -1 until the first use (so loading the library reads no files), then the
+// setting.
+std::atomic<int64_t> g_stream_min_bytes{-1};
 }  // namespace
 
 void set_num_threads(int n) {
@@ -83,7 +85,13 @@ void set_stream_min_bytes(int64_t bytes) {
 }
 
 int64_t stream_min_bytes() {
-  return g_stream_min_bytes.load(std::memory_order_relaxed);
+  int64_t bytes = g_stream_min_bytes.load(std::memory_order_relaxed);
+  if (bytes < 0) {  // first use: the environment or the default (every racer computes the same)
+    int64_t unset = -1;
+    g_stream_min_bytes.compare_exchange_strong(unset, initial_stream_min_bytes(), std::memory_order_relaxed);
+    bytes = g_stream_min_bytes.load(std::memory_order_relaxed);
+  }
+  return bytes;
 }
 
 namespace detail {

@@ -4,7 +4,10 @@
 // 64-byte GCC vectors between always-inline functions: no ABI is involved.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+#if defined(__SSE2__)
 #include <emmintrin.h>
+#define TOKPOS_STREAM_STORES 1  // else "streaming" stores are plain stores
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -76,16 +79,24 @@ __attribute__((always_inline)) inline f32x16 load16(const f16_t* p) {
 
 // p must be 16-byte aligned.
 __attribute__((always_inline)) inline void stream16(float* p, f32x16 v) {
+#ifdef TOKPOS_STREAM_STORES
   _mm_stream_ps(p, __builtin_shufflevector(v, v, 0, 1, 2, 3));
   _mm_stream_ps(p + 4, __builtin_shufflevector(v, v, 4, 5, 6, 7));
   _mm_stream_ps(p + 8, __builtin_shufflevector(v, v, 8, 9, 10, 11));
   _mm_stream_ps(p + 12, __builtin_shufflevector(v, v, 12, 13, 14, 15));
+#else
+  std::memcpy(p, &v, sizeof v);
+#endif
 }
 __attribute__((always_inline)) inline void stream16(bf16_t* p, f32x16 v) {
   const u16x16 h = __builtin_convertvector(f32_to_bf16_bits<u32x16, f32x16>(v), u16x16);
+#ifdef TOKPOS_STREAM_STORES
   auto* q = reinterpret_cast<__m128i*>(p);
   _mm_stream_si128(q, std::bit_cast<__m128i>(__builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7)));
   _mm_stream_si128(q + 1, std::bit_cast<__m128i>(__builtin_shufflevector(h, h, 8, 9, 10, 11, 12, 13, 14, 15)));
+#else
+  std::memcpy(p, &h, sizeof h);
+#endif
 }
 
 // out[0, len) = token row (+ position row), widened, added, stored as Out.
@@ -137,7 +148,9 @@ __attribute__((always_inline)) inline void rows(void* out_v, const int64_t* ids,
       row_sum(out + n * D, tok + ix * D, wpe_p, D);
     }
   }
+#ifdef TOKPOS_STREAM_STORES
   if constexpr (kStream) _mm_sfence();  // order the streamed lines before the team's barrier
+#endif
 }
 
 template <typename Tok, typename Pos>
