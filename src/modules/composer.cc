@@ -51,9 +51,7 @@ void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t
   // A policy computes some rows (extend, clamp, interpolate): build just the
   // rows this call reads, never touching the table, then the same fused pass.
   if (pos_ids == nullptr) {
-    std::vector<int64_t> positions(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) positions[t] = o.positions.start + t;
-    const auto rows = position_->rows_for(positions);
+    const auto rows = position_->forward(T, o.positions.start);  // rows start .. start + T - 1
     kernel(out.data(), ids.data(), token_.table().data(), token_.vocab_size(), policy.unk_id, rows.data(),
            nullptr, 0, B, T, D);
     return;
