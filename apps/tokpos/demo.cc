@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "format.h"
 #include "tokpos/composer.h"
 #include "tokpos/diagnostics.h"
 #include "tokpos/tokenizer.h"
@@ -15,11 +16,7 @@
 namespace tokpos::app {
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+using plot::fmt;
 
 // 16640 -> "16,640"
 std::string grouped(int64_t v) {

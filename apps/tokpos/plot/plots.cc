@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "format.h"
 #include "tokpos/composer.h"
 #include "tokpos/diagnostics.h"
 #include "tokpos/error.h"
@@ -16,12 +17,6 @@
 
 namespace tokpos::plot {
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 void title(cairo_t* cr, const std::string& main, const std::string& sub) {
   text(cr, kWidth / 2.0, 24, main, 18, Align::kCenter, true);
