@@ -10,8 +10,9 @@ set -euo pipefail
 #   libbenchmark-dev             : `make bench` microbenchmarks (Google Benchmark)
 #   libcli11-dev                 : command-line parsing for the `tokpos` tool
 #   nlohmann-json3-dev           : `tokpos demo --json` output and safetensors headers
+#   libdlpack-dev                : <dlpack/dlpack.h>, the tensor description the ops take (DLTensor)
 #   libcairo2-dev, fonts-dejavu-core : `tokpos plot` pictures (PNG and SVG, real text rendering)
-required=(cmake make g++ pkg-config libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libcairo2-dev fonts-dejavu-core "$@")
+required=(cmake make g++ pkg-config libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libdlpack-dev libcairo2-dev fonts-dejavu-core "$@")
 
 missing=()
 for pkg in "${required[@]}"; do

@@ -24,6 +24,9 @@ enum class Status : int {
   kSizeOverflow = 6,        // a product of sizes overflows int64 or size_t
   kOutOfMemory = 7,         // an allocation failed
   kInternal = 8,            // a bug in tokpos; please report it
+  kUnimplemented = 9,       // a valid request tokpos does not support (yet): a device, a dtype
+  kIoError = 10,            // open, read, write, fsync or rename failed; the message has errno's text
+  kCorruptFile = 11,        // a safetensors or .npy file that is malformed
 };
 
 // Short stable name, e.g. "TOKPOS_ID_OUT_OF_RANGE".

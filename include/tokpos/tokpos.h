@@ -11,13 +11,10 @@
 #ifndef TOKPOS_TOKPOS_H
 #define TOKPOS_TOKPOS_H
 
+#include <dlpack/dlpack.h>
 #include <stdint.h>
 
-#if defined(__GNUC__)
-#define TOKPOS_API __attribute__((visibility("default")))
-#else
-#define TOKPOS_API
-#endif
+#include "tokpos/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,7 +29,10 @@ typedef enum tokpos_status {
   TOKPOS_SHAPE_MISMATCH = 5,        /* two modules or buffers disagree on a dimension */
   TOKPOS_SIZE_OVERFLOW = 6,         /* a product of sizes overflows int64 or size_t */
   TOKPOS_OUT_OF_MEMORY = 7,         /* an allocation failed */
-  TOKPOS_INTERNAL = 8, /* a bug in tokpos */
+  TOKPOS_INTERNAL = 8,              /* a bug in tokpos */
+  TOKPOS_UNIMPLEMENTED = 9,         /* valid but not supported (yet): a device, a dtype */
+  TOKPOS_IO_ERROR = 10,             /* open, read, write, fsync or rename failed (errno's text) */
+  TOKPOS_CORRUPT_FILE = 11,         /* a malformed safetensors or .npy file */
   /* Not statuses: they make every int a valid value of each enum in C++, so
    * a C caller passing any int is well-defined there (checked, not UB). */
   TOKPOS_STATUS_MIN_ENUM_ = -0x7fffffff - 1,
@@ -91,6 +91,8 @@ typedef enum tokpos_dtype {
   TOKPOS_DTYPE_F32 = 0,  /* float */
   TOKPOS_DTYPE_BF16 = 1, /* uint16_t bits of bfloat16 */
   TOKPOS_DTYPE_F16 = 2,  /* uint16_t bits of IEEE binary16 */
+  TOKPOS_DTYPE_I32 = 3,  /* int32_t (ids and positions; not a table type) */
+  TOKPOS_DTYPE_I64 = 4,  /* int64_t (ids and positions; not a table type) */
   TOKPOS_DTYPE_MIN_ENUM_ = -0x7fffffff - 1, /* range markers, as for tokpos_status */
   TOKPOS_DTYPE_MAX_ENUM_ = 0x7fffffff
 } tokpos_dtype;
@@ -127,6 +129,44 @@ TOKPOS_API tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_d
 TOKPOS_API tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, const float* d_out,
                                                  const int64_t* ids, int64_t B, int64_t T, int64_t V,
                                                  int64_t L, int64_t D);
+
+/* ---- Ops on DLPack tensors ------------------------------------------- *
+ *
+ * The same computation as the functions above, on tensors described by
+ * DLPack's DLTensor (what numpy, PyTorch, JAX and CuPy exchange):
+ *   - tables and out: float32, bfloat16 or float16 (kDLFloat 32/16, kDLBfloat 16);
+ *     ids and position_ids: int32 or int64 (kDLInt 32/64); lanes 1;
+ *   - any strides whose innermost (D) stride is 1, including 0 (broadcast)
+ *     on other dimensions; strides NULL means row-major contiguous;
+ *     byte_offset is honoured; data must be aligned to its element size;
+ *   - device kDLCPU only: any other is TOKPOS_UNIMPLEMENTED, naming it.
+ * Shapes: ids (B, T) or (N); out and d_out (B, T, D) or (N, D);
+ * token_table (V, D); pos_table (L, D); position_ids the shape of ids.
+ * The position of (b, t) is position_ids[b, t] if given, else start + t
+ * (start + n for 1-D ids). Everything is checked before anything is written:
+ * on failure nothing changes and tokpos_last_error() names the argument, the
+ * bad value and its limit. out may not overlap a table, ids or
+ * position_ids, nor itself (TOKPOS_INVALID_ARGUMENT). */
+
+/* out = token_table[ids] (+ pos_table[position]), summed in float32 and
+ * rounded once to out's dtype. pos_table NULL: token rows only. */
+TOKPOS_API tokpos_status tokpos_op_compose_forward(const DLTensor* out, const DLTensor* ids,
+                                                   const DLTensor* token_table,
+                                                   const DLTensor* pos_table,    /* may be NULL: token rows only */
+                                                   const DLTensor* position_ids, /* may be NULL */
+                                                   int64_t start);
+
+/* d_token_table (V, D) += d_out rows grouped by id; d_pos_table (L, D) +=
+ * d_out rows grouped by position. Either gradient may be NULL. Gradients and
+ * d_out must be float32 (else TOKPOS_UNIMPLEMENTED). Accumulates in the
+ * summation order kernels.h defines, bitwise identical for any thread count;
+ * only rows that appear change. Gradients may not overlap each other or the
+ * inputs. */
+TOKPOS_API tokpos_status tokpos_op_compose_backward(const DLTensor* d_token_table, /* may be NULL */
+                                                    const DLTensor* d_pos_table,   /* may be NULL */
+                                                    const DLTensor* d_out, const DLTensor* ids,
+                                                    const DLTensor* position_ids,  /* may be NULL */
+                                                    int64_t start);
 
 /* ---- Modules behind opaque handles ------------------------------------ */
 

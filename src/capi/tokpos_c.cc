@@ -45,6 +45,7 @@ using tokpos::detail::checked_mul3;
 using tokpos::detail::fail;
 
 static_assert(static_cast<int>(Status::kInternal) == TOKPOS_INTERNAL);
+static_assert(static_cast<int>(Status::kCorruptFile) == TOKPOS_CORRUPT_FILE);
 static_assert(static_cast<int>(tokpos::Layout::kGgml) == TOKPOS_LAYOUT_GGML);
 static_assert(static_cast<int>(tokpos::Layout::kFairseq) == TOKPOS_LAYOUT_FAIRSEQ);
 static_assert(static_cast<int>(tokpos::DType::kF16) == TOKPOS_DTYPE_F16);
@@ -119,7 +120,7 @@ tokpos::IdPolicy to_policy(const char* fn, tokpos_id_policy policy, int64_t unk_
 extern "C" {
 
 const char* tokpos_status_string(tokpos_status s) {
-  if (s < TOKPOS_OK || s > TOKPOS_INTERNAL) return "TOKPOS_UNKNOWN_STATUS";
+  if (s < TOKPOS_OK || s > TOKPOS_CORRUPT_FILE) return "TOKPOS_UNKNOWN_STATUS";
   return tokpos::status_name(static_cast<Status>(s));
 }
 

@@ -13,6 +13,9 @@ const char* status_name(Status s) noexcept {
     case Status::kSizeOverflow: return "TOKPOS_SIZE_OVERFLOW";
     case Status::kOutOfMemory: return "TOKPOS_OUT_OF_MEMORY";
     case Status::kInternal: return "TOKPOS_INTERNAL";
+    case Status::kUnimplemented: return "TOKPOS_UNIMPLEMENTED";
+    case Status::kIoError: return "TOKPOS_IO_ERROR";
+    case Status::kCorruptFile: return "TOKPOS_CORRUPT_FILE";
   }
   return "TOKPOS_UNKNOWN_STATUS";
 }
