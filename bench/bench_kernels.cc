@@ -181,7 +181,7 @@ void BM_SinusoidalTable(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * L * D);
 }
 
-// The exact generator (issue 3): an (L = 8192, D = 4096) table, bytes written.
+// The exact generator (docs/precision.md): an (L = 8192, D = 4096) table, bytes written.
 void BM_PositionTable(benchmark::State& state) {
   set_threads(state);
   const int64_t L = 8192, D = 4096;

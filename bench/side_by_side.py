@@ -8,8 +8,8 @@
 
 for GPT-2 small, a decode step, a Llama-2-7B-like shape and a hot-row case.
 Each (implementation, shape, threads) runs in its own process, so its peak RSS
-is its own. Prints medians and ratios, checks issue 4's targets, and writes
-bench/results.json.
+is its own. Prints medians and ratios, checks the speed targets
+(docs/benchmarks.md), and writes bench/results.json.
 
     python3 bench/side_by_side.py [--lib build/lib/libtokpos.so] [--quick] [--rounds 3]
 """
@@ -195,7 +195,7 @@ def main():
         if N >= 1024:
             distinct = 1 if s["hot"] else s["V"] * (1 - (1 - 1 / s["V"]) ** N)  # expected distinct random ids
             floors[shape] = ((distinct + s["T"] + N) / (2 * N), distinct)
-    print("\ntargets (issue 4), per shape with B*T >= 1024 and each thread count:")
+    print("\nspeed targets, per shape with B*T >= 1024 and each thread count:")
     checks = []
     for shape, s in SHAPES.items():
         for threads in (1, 2):

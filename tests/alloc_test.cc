@@ -1,5 +1,5 @@
-// Forward allocates nothing when the caller passes the output buffer
-// (issue 4, item 5), counted with a replaced global operator new.
+// Forward allocates nothing when the caller passes the output buffer,
+// counted with a replaced global operator new.
 #include <gtest/gtest.h>
 
 #include <atomic>

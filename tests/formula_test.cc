@@ -21,7 +21,7 @@ long double pe_ld(int64_t p, int64_t i, int64_t D, long double base = 10000.0L) 
 }
 
 // The float nearest to the exact value is within half an ulp; angles in double
-// add a little more at large p. 2^-24 is the project's stated bound (issue 3).
+// add a little more at large p. 2^-24 is the project's stated bound (docs/precision.md).
 constexpr double kTol = 1.0 / (1 << 24);
 
 TEST(Formula, TableMatchesLongDoubleForManyShapes) {
