@@ -11,18 +11,22 @@
 #include <string>
 
 #include "tokpos/composer.h"
+#include "tokpos/export.h"
 
 namespace tokpos {
 
-void save_checkpoint(const std::string& path, const EmbeddingComposer& model, bool with_gradients = false);
-void load_checkpoint(const std::string& path, EmbeddingComposer& model, bool with_gradients = false);
+TOKPOS_API void save_checkpoint(const std::string& path, const EmbeddingComposer& model,
+                                bool with_gradients = false);
+TOKPOS_API void load_checkpoint(const std::string& path, EmbeddingComposer& model,
+                                bool with_gradients = false);
 
 // Single modules: "weight" (and "grad").
-void save_checkpoint(const std::string& path, const TokenEmbedding& module, bool with_gradients = false);
-void load_checkpoint(const std::string& path, TokenEmbedding& module, bool with_gradients = false);
-void save_checkpoint(const std::string& path, const LearnedPositionalEmbedding& module,
-                     bool with_gradients = false);
-void load_checkpoint(const std::string& path, LearnedPositionalEmbedding& module,
-                     bool with_gradients = false);
+TOKPOS_API void save_checkpoint(const std::string& path, const TokenEmbedding& module,
+                                bool with_gradients = false);
+TOKPOS_API void load_checkpoint(const std::string& path, TokenEmbedding& module, bool with_gradients = false);
+TOKPOS_API void save_checkpoint(const std::string& path, const LearnedPositionalEmbedding& module,
+                                bool with_gradients = false);
+TOKPOS_API void load_checkpoint(const std::string& path, LearnedPositionalEmbedding& module,
+                                bool with_gradients = false);
 
 }  // namespace tokpos

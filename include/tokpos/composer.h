@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tokpos/error.h"
+#include "tokpos/export.h"
 #include "tokpos/positional.h"
 #include "tokpos/token_embedding.h"
 
@@ -27,7 +28,7 @@ struct LayerNormParams {
   double eps = 1e-12;        // BERT's layer_norm_eps
 };
 
-class EmbeddingComposer {
+class TOKPOS_API EmbeddingComposer {
  public:
   // Takes ownership of both modules. Their D must agree (else kShapeMismatch).
   EmbeddingComposer(TokenEmbedding token, std::unique_ptr<PositionalEmbedding> position);

@@ -7,24 +7,26 @@
 #include <span>
 #include <vector>
 
+#include "tokpos/export.h"
 #include "tokpos/position_table.h"
 
 namespace tokpos {
 
 // cos(a, b) = a.b / (|a| |b|), in double. Defined as 0 when either row is all zeros.
-double cosine(std::span<const float> a, std::span<const float> b);
+TOKPOS_API double cosine(std::span<const float> a, std::span<const float> b);
 
 // L-1 values: cos(row p, row p+1) for p = 0 .. L-2.
-std::vector<double> adjacent_cosine(std::span<const float> table, int64_t L, int64_t D);
+TOKPOS_API std::vector<double> adjacent_cosine(std::span<const float> table, int64_t L, int64_t D);
 
 // max_offset+1 values: for k = 0 .. max_offset, the mean over p of cos(row p, row p+k).
 // Requires 0 <= max_offset < L.
-std::vector<double> cosine_by_offset(std::span<const float> table, int64_t L, int64_t D, int64_t max_offset);
+TOKPOS_API std::vector<double> cosine_by_offset(std::span<const float> table, int64_t L, int64_t D,
+                                                int64_t max_offset);
 
 // Wavelength of each sin/cos pair k = 0 .. ceil(D/2)-1 of the interleaved
 // sinusoidal table: 2*pi * base^(2k/D), in positions. Pair 0 turns once every
 // 2*pi positions; the last pair approaches 2*pi*base.
-std::vector<double> sinusoidal_wavelengths(int64_t D, double base);
+TOKPOS_API std::vector<double> sinusoidal_wavelengths(int64_t D, double base);
 
 // Pairs grouped by decade of wavelength: [10^e, 10^(e+1)) for each e that holds one.
 struct WavelengthBand {
@@ -34,7 +36,7 @@ struct WavelengthBand {
   int64_t first_pair = 0;
   int64_t last_pair = 0;
 };
-std::vector<WavelengthBand> wavelength_bands(std::span<const double> wavelengths);
+TOKPOS_API std::vector<WavelengthBand> wavelength_bands(std::span<const double> wavelengths);
 
 // How well PE(p + k) = R_k PE(p) holds, with R_k block-diagonal rotations,
 // one 2x2 rotation per sin/cos column pair of `layout` (pair columns of the
@@ -49,14 +51,14 @@ struct RelativeFit {
   double max_residual = 0;  // largest |residual| of any fitted entry
   double relative = 0;      // max_residual / largest |entry| of the fitted columns
 };
-RelativeFit relative_position_fit(std::span<const float> table, int64_t L, int64_t D, int64_t k,
-                                  Layout layout = Layout::kInterleaved);
+TOKPOS_API RelativeFit relative_position_fit(std::span<const float> table, int64_t L, int64_t D, int64_t k,
+                                             Layout layout = Layout::kInterleaved);
 
 struct Summary {
   int64_t count = 0;
   double mean = 0, stddev = 0, min = 0, max = 0;
 };
 // Population statistics of a series; all zeros for an empty series.
-Summary summarize(std::span<const double> values);
+TOKPOS_API Summary summarize(std::span<const double> values);
 
 }  // namespace tokpos

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "tokpos/export.h"
+
 namespace tokpos {
 
 // Keep in step with tokpos_status in tokpos.h (same values).
@@ -30,9 +32,9 @@ enum class Status : int {
 };
 
 // Short stable name, e.g. "TOKPOS_ID_OUT_OF_RANGE".
-const char* status_name(Status s) noexcept;
+TOKPOS_API const char* status_name(Status s) noexcept;
 
-class Error : public std::runtime_error {
+class TOKPOS_API Error : public std::runtime_error {
  public:
   Error(Status status, const std::string& message) : std::runtime_error(message), status_(status) {}
   Status status() const noexcept { return status_; }

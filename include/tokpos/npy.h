@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tokpos/export.h"
+
 namespace tokpos {
 
 struct NpyArray {
@@ -19,10 +21,10 @@ struct NpyArray {
 
 // Writes `bytes` bytes of data with the given descr and shape.
 // Throws Error(kInvalidArgument) naming the path and the OS error on failure.
-void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
-               const void* data, size_t bytes);
+TOKPOS_API void write_npy(const std::string& path, const std::string& descr,
+                          const std::vector<int64_t>& shape, const void* data, size_t bytes);
 
 // Reads a .npy file; Error(kInvalidArgument) names what is wrong with it.
-NpyArray read_npy(const std::string& path);
+TOKPOS_API NpyArray read_npy(const std::string& path);
 
 }  // namespace tokpos

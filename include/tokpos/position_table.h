@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tokpos/export.h"
+
 namespace tokpos {
 
 enum class Layout {
@@ -31,39 +33,41 @@ struct TableOptions {
   std::optional<int64_t> padding_idx = {};  // fairseq only: the row of this position is all zeros
 };
 
-const char* layout_name(Layout layout);  // "interleaved", "halves", ...
-std::optional<Layout> parse_layout(std::string_view name);
-const char* dtype_name(DType dtype);  // "f32", "bf16", "f16"
-std::optional<DType> parse_dtype(std::string_view name);
-size_t dtype_size(DType dtype);  // 4 or 2
+TOKPOS_API const char* layout_name(Layout layout);  // "interleaved", "halves", ...
+TOKPOS_API std::optional<Layout> parse_layout(std::string_view name);
+TOKPOS_API const char* dtype_name(DType dtype);  // "f32", "bf16", "f16"
+TOKPOS_API std::optional<DType> parse_dtype(std::string_view name);
+TOKPOS_API size_t dtype_size(DType dtype);  // 4 or 2
 
 // Number of sin/cos frequency pairs of the layout at width D.
-int64_t num_frequency_pairs(Layout layout, int64_t D);
+TOKPOS_API int64_t num_frequency_pairs(Layout layout, int64_t D);
 // The columns of each pair that has both halves, in pair order.
 struct PairColumns {
   int64_t sin_col;
   int64_t cos_col;
 };
-std::vector<PairColumns> pair_columns(Layout layout, int64_t D);
+TOKPOS_API std::vector<PairColumns> pair_columns(Layout layout, int64_t D);
 
 // Frequency of pair k in radians per position (exact value rounded to double).
-double frequency(int64_t k, int64_t D, const TableOptions& options);
+TOKPOS_API double frequency(int64_t k, int64_t D, const TableOptions& options);
 
 // out holds L*D values of dtype (float, or the uint16 bits of bf16/f16):
 // row r is the encoding of position start + r. Overwrites out.
 // Throws Error(kInvalidArgument) for L, D < 1, start < 0, a bad base or
 // min_timescale, a padding_idx with another layout; kSizeOverflow if
 // L*D overflows. Parallel, and identical for every thread count.
-void position_table(void* out, DType dtype, int64_t L, int64_t D, int64_t start, const TableOptions& options);
-std::vector<float> position_table(int64_t L, int64_t D, int64_t start = 0, const TableOptions& options = {});
+TOKPOS_API void position_table(void* out, DType dtype, int64_t L, int64_t D, int64_t start,
+                               const TableOptions& options);
+TOKPOS_API std::vector<float> position_table(int64_t L, int64_t D, int64_t start = 0,
+                                             const TableOptions& options = {});
 
 // One entry of the table (the same bits as position_table), in float.
-float position_value(int64_t pos, int64_t i, int64_t D, const TableOptions& options = {});
+TOKPOS_API float position_value(int64_t pos, int64_t i, int64_t D, const TableOptions& options = {});
 
 // Reorders the columns of an (L, D) table between kInterleaved and kHalves
 // (the same frequencies): interleaved (2k, 2k+1) <-> halves (k, ceil(D/2)+k).
 // out and in must not overlap.
-void convert_layout(std::span<float> out, std::span<const float> in, int64_t L, int64_t D, Layout from,
-                    Layout to);
+TOKPOS_API void convert_layout(std::span<float> out, std::span<const float> in, int64_t L, int64_t D,
+                               Layout from, Layout to);
 
 }  // namespace tokpos

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tokpos/export.h"
 #include "tokpos/position_table.h"
 #include "tokpos/sinusoidal.h"
 
@@ -34,9 +35,9 @@ enum class BeyondTable {
   kInterpolate,  // learned only: Position Interpolation, p -> p (L-1)/(L'-1) over an extended context
                  // L' = interpolate_to, mixing rows floor and ceil linearly; positions >= L' fail
 };
-const char* beyond_table_name(BeyondTable policy);
+TOKPOS_API const char* beyond_table_name(BeyondTable policy);
 
-class PositionalEmbedding {
+class TOKPOS_API PositionalEmbedding {
  public:
   virtual ~PositionalEmbedding() = default;
 
@@ -107,7 +108,7 @@ struct LearnedPositionalOptions {
   int64_t interpolate_to = 0;                // L' >= L, required by kInterpolate
 };
 
-class LearnedPositionalEmbedding final : public PositionalEmbedding {
+class TOKPOS_API LearnedPositionalEmbedding final : public PositionalEmbedding {
  public:
   explicit LearnedPositionalEmbedding(const LearnedPositionalOptions& options);
 
@@ -147,7 +148,7 @@ struct SinusoidalOptions {
   BeyondTable beyond = BeyondTable::kError;  // kError or kExtend
 };
 
-class SinusoidalPositionalEmbedding final : public PositionalEmbedding {
+class TOKPOS_API SinusoidalPositionalEmbedding final : public PositionalEmbedding {
  public:
   // Precomputes the whole (L, D) table once.
   explicit SinusoidalPositionalEmbedding(const SinusoidalOptions& options);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tokpos/composer.h"
+#include "tokpos/export.h"
 #include "tokpos/safetensors.h"
 
 namespace tokpos {
@@ -22,19 +23,20 @@ using NameMap = std::map<std::string, std::string>;
 
 // GPT-2: wte (V, D) + wpe (L, D); the LM head is tied to wte
 // (TokenEmbedding::logits / logits_backward). Tables are copied from the file.
-EmbeddingComposer gpt2_from_safetensors(const SafetensorsFile& file, const NameMap& overrides = {});
+TOKPOS_API EmbeddingComposer gpt2_from_safetensors(const SafetensorsFile& file,
+                                                   const NameMap& overrides = {});
 
 // BERT: word (V, D) + token_type (types, D) + position (L, D), then
 // LayerNorm(eps), fused. BERT's position ids start at 0 (PositionSpec{}).
 // Dropout after the LayerNorm is the identity at inference and is omitted.
-EmbeddingComposer bert_from_safetensors(const SafetensorsFile& file, double layer_norm_eps = 1e-12,
-                                        const NameMap& overrides = {});
+TOKPOS_API EmbeddingComposer bert_from_safetensors(const SafetensorsFile& file, double layer_norm_eps = 1e-12,
+                                                   const NameMap& overrides = {});
 
 // GPT-2 position ids for a left-padded batch, as transformers' generation
 // code computes them: cumsum(mask) - 1 along each row, and 1 where mask is 0.
 // mask is (B, past + T), covering the cached tokens and the new ones; the
 // result is (B, T), the last T columns. mask entries must be 0 or 1.
-std::vector<int64_t> gpt2_position_ids(std::span<const int64_t> mask, int64_t B, int64_t T,
-                                       int64_t past_length = 0);
+TOKPOS_API std::vector<int64_t> gpt2_position_ids(std::span<const int64_t> mask, int64_t B, int64_t T,
+                                                  int64_t past_length = 0);
 
 }  // namespace tokpos

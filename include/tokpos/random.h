@@ -25,13 +25,16 @@
 #include <cstdint>
 #include <span>
 
+#include "tokpos/export.h"
+
 namespace tokpos {
 
 // The Philox4x32 block function with 10 rounds.
-std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key) noexcept;
+TOKPOS_API std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
+                                                 std::array<uint32_t, 2> key) noexcept;
 
 // Standard normal number `index` of the stream (seed, stream), in double.
-double philox_normal(uint64_t seed, uint64_t stream, uint64_t index) noexcept;
+TOKPOS_API double philox_normal(uint64_t seed, uint64_t stream, uint64_t index) noexcept;
 
 // Streams used by the modules, so two tables built from one seed differ.
 inline constexpr uint64_t kTokenTableStream = 0;
@@ -39,6 +42,6 @@ inline constexpr uint64_t kPositionTableStream = 1;
 
 // out[i] = float(mean + std * philox_normal(seed, stream, i)) for every i.
 // Overwrites out. Parallel; the result does not depend on the thread count.
-void fill_normal(std::span<float> out, uint64_t seed, uint64_t stream, double mean, double std);
+TOKPOS_API void fill_normal(std::span<float> out, uint64_t seed, uint64_t stream, double mean, double std);
 
 }  // namespace tokpos

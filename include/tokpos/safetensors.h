@@ -19,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "tokpos/export.h"
+
 namespace tokpos {
 
-struct TensorInfo {
+struct TOKPOS_API TensorInfo {
   std::string dtype;  // "F32", "F16", "BF16", "I64", ... as in the file
   std::vector<int64_t> shape;
   uint64_t offset = 0;  // byte offset inside the data area
@@ -29,7 +31,7 @@ struct TensorInfo {
   int64_t numel() const;
 };
 
-class SafetensorsFile {
+class TOKPOS_API SafetensorsFile {
  public:
   // Maps and validates the whole file. Throws Error naming what is wrong.
   static SafetensorsFile open(const std::string& path);
@@ -65,10 +67,10 @@ struct TensorRef {
   uint64_t bytes;
 };
 // Writes the tensors (sorted by name, laid out without gaps) atomically.
-void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+TOKPOS_API void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                                  const std::map<std::string, std::string>& metadata = {});
 
 // Bytes per element of a safetensors dtype name, or 0 if unknown.
-size_t safetensors_dtype_size(const std::string& dtype);
+TOKPOS_API size_t safetensors_dtype_size(const std::string& dtype);
 
 }  // namespace tokpos

@@ -7,16 +7,18 @@
 
 #include <cstdint>
 
+#include "tokpos/export.h"
+
 namespace tokpos {
 
 // n >= 1: use n threads. n <= 0: use every core (the default, unless the
 // environment variable TOKPOS_NUM_THREADS gives a count at start-up).
 // One setting for the whole process; set it before starting work, not while
 // other threads are calling tokpos.
-void set_num_threads(int n);
+TOKPOS_API void set_num_threads(int n);
 
 // The count the next kernel call will use (>= 1).
-int num_threads();
+TOKPOS_API int num_threads();
 
 // A forward whose output is at least this many bytes writes it with
 // non-temporal (streaming) stores: each output line goes to memory without
@@ -26,7 +28,7 @@ int num_threads();
 // the default, half the last-level cache (TOKPOS_STREAM_MIN_BYTES in the
 // environment sets it at start-up); 0 streams every output except a decode
 // step's; INT64_MAX never streams. Results are the same bits either way.
-void set_stream_min_bytes(int64_t bytes);
-int64_t stream_min_bytes();
+TOKPOS_API void set_stream_min_bytes(int64_t bytes);
+TOKPOS_API int64_t stream_min_bytes();
 
 }  // namespace tokpos

@@ -6,6 +6,8 @@
 #include <span>
 #include <vector>
 
+#include "tokpos/export.h"
+
 namespace tokpos {
 
 // What to do with a token id outside [0, V).
@@ -27,7 +29,7 @@ struct TokenEmbeddingOptions {
   IdPolicy id_policy = {};                  // default for every call; a call may override it
 };
 
-class TokenEmbedding {
+class TOKPOS_API TokenEmbedding {
  public:
   // A fresh table drawn from N(0, init_std^2) with the documented generator.
   explicit TokenEmbedding(const TokenEmbeddingOptions& options);

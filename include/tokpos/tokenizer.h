@@ -12,9 +12,11 @@
 #include <string_view>
 #include <vector>
 
+#include "tokpos/export.h"
+
 namespace tokpos {
 
-struct ByteTokenizer {
+struct TOKPOS_API ByteTokenizer {
   static constexpr int64_t kPad = 0;
   static constexpr int64_t kUnk = 1;
   static constexpr int64_t kBos = 2;

@@ -6,9 +6,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <span>
 
-#include "io/atomic_file.h"
 #include "tokpos/error.h"
+#include "tokpos/files.h"
 
 namespace tokpos::plot {
 
@@ -205,8 +206,8 @@ void save_figure(const std::string& dir, const std::string& name, int w, int h,
   cairo_surface_finish(vector);
   check(cairo_surface_status(vector), "encoding " + name + ".svg");
   cairo_surface_destroy(vector);
-  detail::write_file_atomically("tokpos plot", dir + "/" + name + ".png", {{png.data(), png.size()}});
-  detail::write_file_atomically("tokpos plot", dir + "/" + name + ".svg", {{svg.data(), svg.size()}});
+  write_file_atomically(dir + "/" + name + ".png", std::as_bytes(std::span(png)), "tokpos plot");
+  write_file_atomically(dir + "/" + name + ".svg", std::as_bytes(std::span(svg)), "tokpos plot");
 }
 
 }  // namespace tokpos::plot
