@@ -17,7 +17,7 @@ void run_table(const TableCommand& c, std::ostream& log) {
     throw Error(Status::kInvalidArgument, "tokpos table: unknown --layout '" + c.layout +
                                               "' (interleaved, halves, fairseq, t2t, ggml)");
   const auto dtype = parse_dtype(c.dtype);
-  if (!dtype)
+  if (!dtype || !is_float(*dtype))
     throw Error(Status::kInvalidArgument, "tokpos table: unknown --dtype '" + c.dtype + "' (f32, bf16, f16)");
   if (*layout != Layout::kFairseq && c.padding_idx >= 0) {
     throw Error(Status::kInvalidArgument,

@@ -20,11 +20,17 @@ struct NpyArray {
 };
 
 // Writes `bytes` bytes of data with the given descr and shape.
-// Throws Error(kInvalidArgument) naming the path and the OS error on failure.
+// Throws Error(kIoError) naming the path and the OS error (errno's text) when
+// the write fails; Error(kInvalidArgument) or Error(kShapeMismatch) for a bad
+// descr or a byte count that disagrees with shape and descr.
 TOKPOS_API void write_npy(const std::string& path, const std::string& descr,
                           const std::vector<int64_t>& shape, const void* data, size_t bytes);
 
-// Reads a .npy file; Error(kInvalidArgument) names what is wrong with it.
+// Reads a .npy file. Error(kIoError) when it cannot be opened or read (the
+// path and errno's text); Error(kCorruptFile) naming what is wrong with a
+// malformed file; Error(kUnimplemented) for a well-formed file that uses
+// what tokpos does not read (format version 2 or 3, Fortran order, a dtype
+// other than little-endian f2, f4, f8, i1 to i8 or u1 to u8).
 TOKPOS_API NpyArray read_npy(const std::string& path);
 
 }  // namespace tokpos

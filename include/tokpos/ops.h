@@ -58,7 +58,7 @@ class TOKPOS_API Context {
  private:
   int threads_ = 0;
   int64_t stream_min_bytes_ = -1;
-  std::unique_ptr<Scratch> scratch_;
+  mutable std::unique_ptr<Scratch> scratch_;  // made on first use
 };
 
 // A DLTensor over caller memory on the CPU, with its shape and strides held

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tokpos/dtype.h"
+
 #include "tokpos/export.h"
 
 namespace tokpos {
@@ -24,8 +26,6 @@ enum class Layout {
   kGgml,  // [cos | sin | 0 if odd D]; w_k = base^(-k/(D/2))         (ggml timestep embedding)
 };
 
-enum class DType { kF32, kBF16, kF16 };
-
 struct TableOptions {
   Layout layout = Layout::kInterleaved;
   double base = 10000.0;                    // base; tensor2tensor's max_timescale; ggml's max_period
@@ -35,9 +35,6 @@ struct TableOptions {
 
 TOKPOS_API const char* layout_name(Layout layout);  // "interleaved", "halves", ...
 TOKPOS_API std::optional<Layout> parse_layout(std::string_view name);
-TOKPOS_API const char* dtype_name(DType dtype);  // "f32", "bf16", "f16"
-TOKPOS_API std::optional<DType> parse_dtype(std::string_view name);
-TOKPOS_API size_t dtype_size(DType dtype);  // 4 or 2
 
 // Number of sin/cos frequency pairs of the layout at width D.
 TOKPOS_API int64_t num_frequency_pairs(Layout layout, int64_t D);

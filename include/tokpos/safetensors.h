@@ -3,13 +3,16 @@
 // Reading maps the file and validates all of it up front (header length
 // against the file size, every dtype, shape x dtype size against each byte
 // range, ranges inside the data area and not overlapping, unique names);
-// each failure is an Error(kInvalidArgument) whose message names the file,
-// the tensor and the numbers that disagree. F32 tensors are then viewed in
-// place (zero-copy); F16 and BF16 are widened to float on request.
+// each failure is an Error(kCorruptFile) whose message names the file, the
+// tensor and the numbers that disagree. A file that cannot be opened or
+// mapped is Error(kIoError), with the path and errno's text. Asking for a
+// tensor the file lacks, or for a view its dtype does not allow, is
+// Error(kInvalidArgument). F32 tensors are then viewed in place (zero-copy);
+// F16 and BF16 are widened to float on request.
 //
 // Writing is atomic: a temporary file in the same directory, fsync, rename.
 // A failed or interrupted write never leaves a partial file and never loses
-// the previous one.
+// the previous one; it is Error(kIoError) with the path and errno's text.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,8 @@
 #include <span>
 #include <vector>
 
+#include "tokpos/ops.h"
+
 #include "tokpos/export.h"
 
 namespace tokpos {
@@ -105,15 +107,15 @@ class TOKPOS_API TokenEmbedding {
                  const char* where) const;
 
  private:
-  friend class EmbeddingComposer;  // its backward computes both gradients in one kernel
-  // What backward and sparse_backward share: the row of every (b, t) (-1 for
-  // padding) and the touched rows, sorted and unique; both empty when frozen.
-  // Checks ids and d_out first.
-  struct GradientRows {
-    std::vector<int64_t> rows, touched;
-  };
-  GradientRows gradient_rows(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B, int64_t T,
-                             std::optional<IdPolicy> policy, const char* where) const;
+  friend class EmbeddingComposer;  // its backward computes both gradients from one plan
+  // Error(kInvalidArgument) if the policy's unk_id is outside [0, V).
+  void check_policy_for(const IdPolicy& policy, const char* where) const;
+  // The op options for a policy: UNK mapping, padding_idx, the caller's name.
+  ops::LookupOptions lookup_options(const IdPolicy& p, const char* where) const;
+  // Checks sizes and the policy, then plans the batch (ids checked once);
+  // with positions, the plan also groups them for a position gradient.
+  ops::RowPlan plan(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B, int64_t T,
+                    std::optional<IdPolicy> policy, const char* where, std::span<const int64_t> positions = {}) const;
 
   TokenEmbedding(int64_t V, int64_t D, std::vector<float> table, std::optional<int64_t> padding_idx,
                  IdPolicy policy, bool frozen);

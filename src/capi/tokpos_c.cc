@@ -15,9 +15,9 @@
 
 #include "common/check.h"
 #include "common/validate.h"
-#include "kernels/kernels.h"
 #include "tokpos/composer.h"
 #include "tokpos/error.h"
+#include "tokpos/ops.h"
 #include "tokpos/position_table.h"
 #include "tokpos/positional.h"
 #include "tokpos/sinusoidal.h"
@@ -49,6 +49,7 @@ static_assert(static_cast<int>(Status::kCorruptFile) == TOKPOS_CORRUPT_FILE);
 static_assert(static_cast<int>(tokpos::Layout::kGgml) == TOKPOS_LAYOUT_GGML);
 static_assert(static_cast<int>(tokpos::Layout::kFairseq) == TOKPOS_LAYOUT_FAIRSEQ);
 static_assert(static_cast<int>(tokpos::DType::kF16) == TOKPOS_DTYPE_F16);
+static_assert(static_cast<int>(tokpos::DType::kI64) == TOKPOS_DTYPE_I64);
 static_assert(static_cast<int>(Status::kIdOutOfRange) == TOKPOS_ID_OUT_OF_RANGE);
 static_assert(static_cast<int>(Status::kPositionOutOfRange) == TOKPOS_POSITION_OUT_OF_RANGE);
 
@@ -172,18 +173,17 @@ tokpos_status tokpos_embedding_forward(const int64_t* token_ids, int64_t seq_len
     }
     const int64_t n_out = checked_mul(fn, "seq_len*hidden_dim", seq_len, hidden_dim);
     checked_mul(fn, "vocab_size*hidden_dim", vocab_size, hidden_dim);
-    auto ids = span_of(fn, "token_ids", token_ids, seq_len);
-    span_of(fn, "token_table", token_table, 1);
-    auto dst = span_of(fn, "out", out, n_out);
-    // PE rows straight into out, then out = token row + PE row (float addition
-    // is commutative, so this is exactly token + PE, with no temporary).
-    tokpos::sinusoidal_table(dst, seq_len, hidden_dim, tokpos::kDefaultBase, 0);
-    for (int64_t p = 0; p < seq_len; ++p) {
-      const int64_t id = (ids[p] >= 0 && ids[p] < vocab_size) ? ids[p] : unk_id;
-      const float* row = token_table + id * hidden_dim;
-      float* o = out + p * hidden_dim;
-      for (int64_t d = 0; d < hidden_dim; ++d) o[d] = row[d] + o[d];
-    }
+    tokpos::detail::check_not_null(fn, "token_ids", token_ids);  // the op would call it "ids"
+    // The lab's PE rows, then the one compose op with the UNK fallback.
+    auto pe = tokpos::detail::make_buffer<float>(fn, "position rows", n_out);
+    tokpos::sinusoidal_table(pe, seq_len, hidden_dim, tokpos::kDefaultBase, 0);
+    using tokpos::DType;
+    using tokpos::TensorView;
+    const TensorView pos(pe.data(), DType::kF32, {seq_len, hidden_dim});
+    tokpos::ops::compose_forward(TensorView(out, DType::kF32, {seq_len, hidden_dim}),
+                                 TensorView(token_ids, DType::kI64, {seq_len}),
+                                 TensorView(token_table, DType::kF32, {vocab_size, hidden_dim}), pos.get(), nullptr,
+                                 0, {.unk_id = unk_id, .where = fn});
   });
 }
 
@@ -228,9 +228,9 @@ tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t 
 }  // extern "C"
 
 namespace {
-// Shared checks of tokpos_compose_forward and _backward; returns B*T.
-int64_t check_compose(const char* fn, const int64_t* ids, int64_t B, int64_t T, int64_t V, int64_t L,
-                      int64_t D) {
+// The raw-pointer signatures' own arguments: sizes in range, products that
+// fit. The ids, positions and buffers are then checked once, by the op.
+void check_compose_sizes(const char* fn, int64_t B, int64_t T, int64_t V, int64_t L, int64_t D) {
   check_at_least(fn, "B", B, 0);
   check_at_least(fn, "T", T, 0);
   check_at_least(fn, "V", V, 1);
@@ -239,11 +239,35 @@ int64_t check_compose(const char* fn, const int64_t* ids, int64_t B, int64_t T, 
   checked_mul3(fn, "B*T*D", B, T, D);
   checked_mul(fn, "V*D", V, D);
   checked_mul(fn, "L*D", L, D);
-  const int64_t N = B * T;
-  span_of(fn, "ids", ids, N);
   tokpos::detail::check_position_range(fn, B, T, 0, L);
-  tokpos::detail::check_token_ids(fn, ids, B, T, V);
-  return N;
+}
+
+// A dtype argument of the raw-pointer API, in [0, max].
+tokpos::DType dtype_arg(const char* fn, const char* name, tokpos_dtype d, tokpos_dtype max) {
+  if (d < TOKPOS_DTYPE_F32 || d > max)
+    fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ", static_cast<int>(max), "]");
+  return static_cast<tokpos::DType>(d);
+}
+
+// DLTensor arguments: every check happens in the op; this maps its status.
+template <typename F>
+tokpos_status op_call(const char* fn, F&& body) noexcept {
+  return guard(fn, std::forward<F>(body));
+}
+
+tokpos_status compose_forward_shim(const char* fn, void* out, tokpos_dtype out_dtype, const int64_t* ids, int64_t B,
+                                   int64_t T, const void* token_table, tokpos_dtype token_dtype, int64_t V,
+                                   const void* pos_table, tokpos_dtype pos_dtype, int64_t L, int64_t D) {
+  return guard(fn, [&] {
+    const auto od = dtype_arg(fn, "out_dtype", out_dtype, TOKPOS_DTYPE_BF16);
+    const auto td = dtype_arg(fn, "token_dtype", token_dtype, TOKPOS_DTYPE_F16);
+    const auto pd = dtype_arg(fn, "pos_dtype", pos_dtype, TOKPOS_DTYPE_F16);
+    check_compose_sizes(fn, B, T, V, L, D);
+    using tokpos::TensorView;
+    tokpos::ops::compose_forward(TensorView(out, od, {B, T, D}), TensorView(ids, tokpos::DType::kI64, {B, T}),
+                                 TensorView(token_table, td, {V, D}), TensorView(pos_table, pd, {L, D}).get(),
+                                 nullptr, 0, {.where = fn});
+  });
 }
 }  // namespace
 
@@ -252,47 +276,16 @@ extern "C" {
 tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, int64_t B, int64_t T,
                                      const float* token_table, int64_t V, const float* pos_table, int64_t L,
                                      int64_t D) {
-  constexpr const char* fn = "tokpos_compose_forward";
-  return guard(fn, [&] {
-    const int64_t N = check_compose(fn, ids, B, T, V, L, D);
-    if (N == 0) return;
-    span_of(fn, "out", out, N);
-    span_of(fn, "token_table", token_table, 1);
-    span_of(fn, "pos_table", pos_table, 1);
-    tokpos::kernels::active_kernels().compose_forward(out, ids, token_table, V, 0, pos_table, nullptr, 0, B,
-                                                      T, D);
-  });
+  return compose_forward_shim("tokpos_compose_forward", out, TOKPOS_DTYPE_F32, ids, B, T, token_table,
+                              TOKPOS_DTYPE_F32, V, pos_table, TOKPOS_DTYPE_F32, L, D);
 }
 
 tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_dtype, const int64_t* ids, int64_t B,
                                         int64_t T, const void* token_table, tokpos_dtype token_dtype,
                                         int64_t V, const void* pos_table, tokpos_dtype pos_dtype, int64_t L,
                                         int64_t D) {
-  constexpr const char* fn = "tokpos_compose_forward_ex";
-  return guard(fn, [&] {
-    auto check_dtype = [&](const char* name, tokpos_dtype d, tokpos_dtype max) {
-      if (d < TOKPOS_DTYPE_F32 || d > max) {
-        fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ",
-             static_cast<int>(max), "]");
-      }
-    };
-    check_dtype("out_dtype", out_dtype, TOKPOS_DTYPE_BF16);
-    check_dtype("token_dtype", token_dtype, TOKPOS_DTYPE_F16);
-    check_dtype("pos_dtype", pos_dtype, TOKPOS_DTYPE_F16);
-    const int64_t N = check_compose(fn, ids, B, T, V, L, D);
-    if (N == 0) return;
-    auto size_of = [](tokpos_dtype d) { return d == TOKPOS_DTYPE_F32 ? size_t{4} : size_t{2}; };
-    span_of(fn, "out", static_cast<char*>(out), N);
-    span_of(fn, "token_table", static_cast<const char*>(token_table), 1);
-    span_of(fn, "pos_table", static_cast<const char*>(pos_table), 1);
-    check_aligned(fn, "out", out, size_of(out_dtype));
-    check_aligned(fn, "token_table", token_table, size_of(token_dtype));
-    check_aligned(fn, "pos_table", pos_table, size_of(pos_dtype));
-    using tokpos::kernels::Elem;
-    tokpos::kernels::active_kernels().compose_forward_mixed(
-        out, static_cast<Elem>(out_dtype), ids, token_table, static_cast<Elem>(token_dtype), V, 0, pos_table,
-        static_cast<Elem>(pos_dtype), nullptr, 0, B, T, D);
-  });
+  return compose_forward_shim("tokpos_compose_forward_ex", out, out_dtype, ids, B, T, token_table, token_dtype, V,
+                              pos_table, pos_dtype, L, D);
 }
 
 tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, const float* d_out,
@@ -300,18 +293,36 @@ tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, 
                                       int64_t D) {
   constexpr const char* fn = "tokpos_compose_backward";
   return guard(fn, [&] {
-    const int64_t N = check_compose(fn, ids, B, T, V, L, D);
-    if (N == 0) return;
-    span_of(fn, "d_token_table", d_token_table, 1);
-    span_of(fn, "d_out", d_out, 1);
-    std::vector<int64_t> pos_rows;
-    if (d_pos_table != nullptr) {  // allocate before writing anything
-      pos_rows = tokpos::detail::make_buffer<int64_t>(fn, "position rows", N);
-      for (int64_t n = 0; n < N; ++n) pos_rows[n] = n % T;
-    }
-    const auto& k = tokpos::kernels::active_kernels();
-    k.index_add_rows2(d_token_table, ids, V, d_pos_table, d_pos_table ? pos_rows.data() : nullptr, L, d_out, N,
-                      D);
+    check_compose_sizes(fn, B, T, V, L, D);
+    using tokpos::DType;
+    using tokpos::TensorView;
+    const TensorView d_pos(d_pos_table, DType::kF32, {L, D});
+    tokpos::ops::compose_backward(TensorView(d_token_table, DType::kF32, {V, D}).get(),
+                                  d_pos_table != nullptr ? d_pos.get() : nullptr,
+                                  TensorView(d_out, DType::kF32, {B, T, D}), TensorView(ids, DType::kI64, {B, T}),
+                                  nullptr, 0, {.where = fn});
+  });
+}
+
+tokpos_status tokpos_op_compose_forward(const DLTensor* out, const DLTensor* ids, const DLTensor* token_table,
+                                        const DLTensor* pos_table, const DLTensor* position_ids, int64_t start) {
+  constexpr const char* fn = "tokpos_op_compose_forward";
+  return op_call(fn, [&] {
+    tokpos::detail::check_not_null(fn, "out", out);
+    tokpos::detail::check_not_null(fn, "ids", ids);
+    tokpos::detail::check_not_null(fn, "token_table", token_table);
+    tokpos::ops::compose_forward(*out, *ids, *token_table, pos_table, position_ids, start, {.where = fn});
+  });
+}
+
+tokpos_status tokpos_op_compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table,
+                                         const DLTensor* d_out, const DLTensor* ids, const DLTensor* position_ids,
+                                         int64_t start) {
+  constexpr const char* fn = "tokpos_op_compose_backward";
+  return op_call(fn, [&] {
+    tokpos::detail::check_not_null(fn, "d_out", d_out);
+    tokpos::detail::check_not_null(fn, "ids", ids);
+    tokpos::ops::compose_backward(d_token_table, d_pos_table, *d_out, *ids, position_ids, start, {.where = fn});
   });
 }
 

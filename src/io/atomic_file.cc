@@ -23,7 +23,7 @@ void write_file_atomically(const char* where, const std::string& path,
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
-    fail(Status::kInvalidArgument, where, "cannot write ", path, ": creating ", tmp, ": ",
+    fail(Status::kIoError, where, "cannot write ", path, ": creating ", tmp, ": ",
          std::strerror(errno));
   int err = 0;
   long long budget = g_fail_after.load();
@@ -54,13 +54,13 @@ void write_file_atomically(const char* where, const std::string& path,
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) {
     ::unlink(tmp.c_str());
-    fail(Status::kInvalidArgument, where, "cannot write ", path, ": ", std::strerror(err),
+    fail(Status::kIoError, where, "cannot write ", path, ": ", std::strerror(err),
          " (the previous file, if any, is unchanged)");
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     err = errno;
     ::unlink(tmp.c_str());
-    fail(Status::kInvalidArgument, where, "cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
+    fail(Status::kIoError, where, "cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
   }
 }
 

@@ -10,8 +10,8 @@ namespace tokpos::detail {
 
 // Writes the pieces, in order, to a temporary file beside `path`, fsyncs it
 // and renames it over `path`. On any failure the temporary file is removed,
-// `path` is untouched, and Error(kInvalidArgument) names the path and the OS
-// error. `where` names the caller in the message.
+// `path` is untouched, and Error(kIoError) names the path and the OS error
+// (strerror). `where` names the caller in the message.
 void write_file_atomically(const char* where, const std::string& path,
                            const std::vector<std::pair<const void*, size_t>>& pieces);
 

@@ -57,6 +57,7 @@ std::vector<Entry> module_entries(Module& m, int64_t rows, bool grads) {
   return out;
 }
 
+// A failed write (missing directory, full disk) is kIoError; the previous file is kept.
 void save_entries(const std::string& path, const std::vector<Entry>& list) {
   std::vector<TensorRef> refs;
   for (const auto& e : list) refs.push_back({e.name, "F32", e.shape, e.data.data(), e.data.size_bytes()});
@@ -65,6 +66,10 @@ void save_entries(const std::string& path, const std::vector<Entry>& list) {
 
 void load_entries(const std::string& path, const std::vector<Entry>& list) {
   constexpr const char* kWhere = "load_checkpoint";
+  // An unreadable file is kIoError and a malformed one kCorruptFile (from
+  // SafetensorsFile::open). A well-formed file that does not fit the model is
+  // the caller's mismatch: a missing tensor or a non-float dtype is
+  // kInvalidArgument, a tensor of another shape kShapeMismatch.
   const auto file = SafetensorsFile::open(path);
   // Check everything first: a failed load changes nothing.
   for (const auto& e : list) {

@@ -13,7 +13,7 @@
 
 #include "common/check.h"
 #include "io/atomic_file.h"
-#include "kernels/cpu/convert.h"
+#include "common/convert.h"
 
 namespace tokpos {
 namespace {
@@ -46,15 +46,21 @@ struct SafetensorsFile::Mapping {
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   constexpr const char* kWhere = "safetensors";
+  // The OS's failures (open, fstat, mmap) are kIoError with errno's text;
+  // everything wrong inside the file is kCorruptFile.
   SafetensorsFile f;
   f.path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    detail::fail(Status::kInvalidArgument, kWhere, "cannot open ", path, ": ", std::strerror(errno));
+  if (fd < 0) detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    detail::fail(Status::kInvalidArgument, kWhere, "cannot stat ", path);
+    detail::fail(Status::kIoError, kWhere, "cannot stat ", path, ": ", std::strerror(err));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": ", std::strerror(EISDIR));
   }
   const auto file_size = static_cast<uint64_t>(st.st_size);
   f.map_ = std::make_shared<Mapping>();
@@ -62,25 +68,25 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     f.map_->base = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
     f.map_->size = file_size;
   }
+  const int map_errno = errno;
   ::close(fd);
-  if (file_size > 0 && f.map_->base == MAP_FAILED) {
-    detail::fail(Status::kInvalidArgument, kWhere, "cannot map ", path, ": ", std::strerror(errno));
-  }
+  if (file_size > 0 && f.map_->base == MAP_FAILED)
+    detail::fail(Status::kIoError, kWhere, "cannot map ", path, ": ", std::strerror(map_errno));
   const auto* bytes = static_cast<const uint8_t*>(f.map_->base);
 
   // 1. The 8-byte little-endian header length, against the file size.
   if (file_size < 8) {
-    detail::fail(Status::kInvalidArgument, kWhere, path, ": truncated: ", file_size,
+    detail::fail(Status::kCorruptFile, kWhere, path, ": truncated: ", file_size,
                  " bytes, not even the 8-byte header length");
   }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
   if (header_len > file_size - 8) {
-    detail::fail(Status::kInvalidArgument, kWhere, path, ": header length ", header_len,
+    detail::fail(Status::kCorruptFile, kWhere, path, ": header length ", header_len,
                  " runs past the end of the file (", file_size - 8, " bytes after the length)");
   }
   if (header_len > kMaxHeader) {
-    detail::fail(Status::kInvalidArgument, kWhere, path, ": header length ", header_len, " exceeds 100 MB");
+    detail::fail(Status::kCorruptFile, kWhere, path, ": header length ", header_len, " exceeds 100 MB");
   }
   const char* header = reinterpret_cast<const char*>(bytes + 8);
   const uint64_t data_size = file_size - 8 - header_len;
@@ -100,11 +106,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   try {
     j = nlohmann::json::parse(header, header + header_len, callback);
   } catch (const nlohmann::json::exception& e) {
-    detail::fail(Status::kInvalidArgument, kWhere, path, ": header is not valid JSON: ", e.what());
+    detail::fail(Status::kCorruptFile, kWhere, path, ": header is not valid JSON: ", e.what());
   }
   if (!duplicate.empty())
-    detail::fail(Status::kInvalidArgument, kWhere, path, ": tensor name '", duplicate, "' appears twice");
-  if (!j.is_object()) detail::fail(Status::kInvalidArgument, kWhere, path, ": header is not a JSON object");
+    detail::fail(Status::kCorruptFile, kWhere, path, ": tensor name '", duplicate, "' appears twice");
+  if (!j.is_object()) detail::fail(Status::kCorruptFile, kWhere, path, ": header is not a JSON object");
 
   // 3. Every entry: dtype, shape, offsets, size.
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
@@ -112,10 +118,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     const std::string& name = it.key();
     if (name == "__metadata__") {
       if (!it->is_object())
-        detail::fail(Status::kInvalidArgument, kWhere, path, ": __metadata__ is not an object");
+        detail::fail(Status::kCorruptFile, kWhere, path, ": __metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string())
-          detail::fail(Status::kInvalidArgument, kWhere, path, ": metadata '", m.key(), "' is not a string");
+          detail::fail(Status::kCorruptFile, kWhere, path, ": metadata '", m.key(), "' is not a string");
         f.metadata_[m.key()] = m->get<std::string>();
       }
       continue;
@@ -124,36 +130,36 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets") ||
         !e["dtype"].is_string() || !e["shape"].is_array() || !e["data_offsets"].is_array() ||
         e["data_offsets"].size() != 2) {
-      detail::fail(Status::kInvalidArgument, kWhere, path, ": tensor '", name,
+      detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name,
                    "' needs dtype (string), shape (array) and data_offsets ([begin, end])");
     }
     TensorInfo info;
     info.dtype = e["dtype"].get<std::string>();
     const size_t elem = safetensors_dtype_size(info.dtype);
     if (elem == 0)
-      detail::fail(Status::kInvalidArgument, kWhere, path, ": tensor '", name, "' has unknown dtype '",
+      detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name, "' has unknown dtype '",
                    info.dtype, "'");
     uint64_t numel = 1;
     for (const auto& s : e["shape"]) {
       if (!s.is_number_unsigned())
-        detail::fail(Status::kInvalidArgument, kWhere, path, ": tensor '", name, "' has a bad shape entry");
+        detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name, "' has a bad shape entry");
       const auto d = s.get<uint64_t>();
       if (d > 0 && numel > UINT64_MAX / d)
-        detail::fail(Status::kSizeOverflow, kWhere, path, ": tensor '", name, "' shape overflows");
+        detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name, "' shape overflows");
       numel *= d;
       info.shape.push_back(static_cast<int64_t>(d));
     }
     if (!e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned()) {
-      detail::fail(Status::kInvalidArgument, kWhere, path, ": tensor '", name,
+      detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name,
                    "' has non-integer data_offsets");
     }
     const auto begin = e["data_offsets"][0].get<uint64_t>(), end = e["data_offsets"][1].get<uint64_t>();
     if (end < begin || end > data_size) {
-      detail::fail(Status::kInvalidArgument, kWhere, path, ": tensor '", name, "' bytes [", begin, ", ", end,
+      detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name, "' bytes [", begin, ", ", end,
                    ") lie outside the data area of ", data_size, " bytes");
     }
     if (numel > UINT64_MAX / elem || numel * elem != end - begin) {
-      detail::fail(Status::kInvalidArgument, kWhere, path, ": tensor '", name, "' shape needs ", numel, " x ",
+      detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name, "' shape needs ", numel, " x ",
                    elem, " bytes (", info.dtype, ") but its byte range holds ", end - begin);
     }
     info.offset = begin;
@@ -164,7 +170,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].first < ranges[i - 1].second) {
-      detail::fail(Status::kInvalidArgument, kWhere, path, ": byte ranges [", ranges[i - 1].first, ", ",
+      detail::fail(Status::kCorruptFile, kWhere, path, ": byte ranges [", ranges[i - 1].first, ", ",
                    ranges[i - 1].second, ") and [", ranges[i].first, ", ", ranges[i].second, ") overlap");
     }
   }
@@ -213,7 +219,7 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
     for (size_t k = 0; k < out.size(); ++k) {
       uint16_t h;
       std::memcpy(&h, p + 2 * k, 2);
-      out[k] = i.dtype == "F16" ? kernels::to_f32(kernels::f16_t{h}) : kernels::to_f32(kernels::bf16_t{h});
+      out[k] = i.dtype == "F16" ? fp::to_f32(fp::f16_t{h}) : fp::to_f32(fp::bf16_t{h});
     }
   } else {
     detail::fail(Status::kInvalidArgument, "safetensors", path_, ": tensor '", name, "' has dtype ", i.dtype,

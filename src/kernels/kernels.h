@@ -1,33 +1,143 @@
-// Private: the kernels. Free functions on raw pointers with explicit B, T, D.
-// They never check: the modules validate every id and position first, so a
+// Private: the kernels. Functions on typed, strided views that never check
+// anything: the ops layer (src/ops) validates every argument first, so a
 // kernel only ever sees valid input. The forward kernels never allocate; the
-// backward kernels allocate their O(B*T) plan (never V x D) before writing
-// anything, so std::bad_alloc leaves the gradients as they were.
+// backward kernels make every allocation (in the caller's Workspace) before
+// writing anything, so std::bad_alloc leaves the gradients as they were.
 //
-// Each back end fills a KernelTable (as ggml's backends do); the reference
-// back end is plain loops and is the source of truth, every other back end
-// must match it bit for bit (tests/kernels_test.cc runs both on many shapes).
+// Each back end fills a KernelTable (as ggml's backends do) and registers it
+// (backends()). The reference back end is plain loops and is the source of
+// truth; every other back end declares whether it matches it bit for bit or
+// within a tolerance, and tests/kernels_test.cc checks each registered back
+// end against that declaration on many shapes.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tokpos/dtype.h"
 
 namespace tokpos::kernels {
 
-// out (B, T, D) = token_table[row(b, t)] + (pos_table ? pos_table[pos(b, t)] : 0)
-//   row(b, t) = ids[b*T + t] if it is in [0, V), else unk_id   (unk_id in [0, V))
-//   pos(b, t) = pos_ids ? pos_ids[b*T + t] : start + t          (already checked < L)
-// Under the error policy the module has checked every id, so the UNK branch
-// never fires; it keeps the kernel memory-safe and allocation-free either way.
-// Overwrites out; each element is written once, with no temporary.
-using ComposeForwardFn = void(float* out, const int64_t* ids, const float* token_table, int64_t V,
-                              int64_t unk_id, const float* pos_table, const int64_t* pos_ids, int64_t start,
-                              int64_t B, int64_t T, int64_t D);
+// ---- Views ------------------------------------------------------------------
 
-// grad (V, D) += the rows of src (N, D) grouped by rows[i]; rows[i] < 0 is
-// skipped (padding). Accumulates; only listed rows change. The order of the
-// floating-point additions is part of the definition, so every back end and
-// every thread count gives the same bits. For each row v with sources
-// i_1 < i_2 < ... < i_n:
+// An int32 or int64 index per (b, t): element (b, t) at data[b*sb + t*st].
+// data == nullptr means "none" (the kernel documents what that stands for).
+struct Index {
+  const void* data = nullptr;
+  DType type = DType::kI64;
+  int64_t sb = 0, st = 1;
+  int64_t at(int64_t b, int64_t t) const {
+    const int64_t off = b * sb + t * st;
+    return type == DType::kI64 ? static_cast<const int64_t*>(data)[off]
+                               : static_cast<const int32_t*>(data)[off];
+  }
+  static Index contiguous(const int64_t* p, int64_t T) { return {p, DType::kI64, T, 1}; }
+};
+
+// A table: row r at data + r*stride elements of type, unit stride inside.
+struct Rows {
+  const void* data = nullptr;
+  DType type = DType::kF32;
+  int64_t stride = 0;
+};
+
+// Where (b, t)'s output row starts: data + b*sb + t*st elements of type.
+struct OutRows {
+  void* data = nullptr;
+  DType type = DType::kF32;
+  int64_t sb = 0, st = 0;
+};
+
+// How a call runs (the ops layer resolves it from a Context).
+struct Workspace;
+struct Exec {
+  int threads = 1;                    // >= 1
+  int64_t stream_min_bytes = INT64_MAX;  // outputs of at least this many bytes are streamed
+  Workspace* ws = nullptr;            // scratch kept between calls; nullptr: allocate per call
+};
+
+// Threads for a job of `work` float operations: 1 below a grain that
+// amortises the cost of waking a team (~50k elements), else ex.threads.
+int threads_for(const Exec& ex, int64_t work);
+
+// ---- Forward ------------------------------------------------------------------
+
+// out(b, t) = tok[row(b, t)] (+ pos[pos(b, t)] when pos.data is set), widened
+// to float, added in float, rounded once to out.type (f32, bf16 or f16,
+// round to nearest even):
+//   row(b, t) = ids(b, t) if it is in [0, V), else unk_id   (unk_id in [0, V))
+//   pos(b, t) = pos_ids(b, t) if pos_ids.data is set, else start + t
+// Under the error policy the ops layer has checked every id, so the UNK
+// branch never fires; it keeps the kernel memory-safe either way.
+// Overwrites out; each element is written once, with no temporary.
+struct Gather {
+  OutRows out;
+  Index ids;
+  int64_t V = 0, unk_id = 0;
+  Rows tok, pos;
+  Index pos_ids;
+  int64_t start = 0;
+  int64_t B = 0, T = 0, D = 0;
+};
+using ComposeForwardFn = void(const Gather& g, const Exec& ex);
+
+// BERT's input stage, fused: for each (b, t),
+//   x = (tok[row] + types[type_ids(b, t)]) + pos[pos(b, t)]
+// in exactly that order (as transformers' BertEmbeddings adds them), then, if
+// gamma is not null, LayerNorm over the row: (x - mean) / sqrt(var + eps) *
+// gamma + beta, with mean and var accumulated in double. f32 tables and
+// output. type_ids.data null means type 0; types.data null means no
+// token-type term. Overwrites out.
+struct TypedGather {
+  Gather g;
+  Index type_ids;
+  Rows types;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  double eps = 0;
+};
+using ComposeTypedFn = void(const TypedGather& g, const Exec& ex);
+
+// ---- Backward -----------------------------------------------------------------
+
+// The sources of each row, grouped: order lists the sources i (rows[i] >= 0)
+// sorted stably by row, so each row's sources are contiguous and in
+// increasing i; rows lists the touched rows in increasing order and
+// start[g] .. start[g+1] their range in order (start has one entry more).
+struct RowGroups {
+  std::vector<int64_t> order, rows, start;
+  int64_t sources(size_t g) const { return start[g + 1] - start[g]; }
+  int64_t max_sources() const;
+};
+// Counting sort, O(N + V), when V is not much larger than N; otherwise a
+// comparison sort, O(N log N), so a decode step does not pay for the whole
+// vocabulary. rows[i] < 0 are left out.
+RowGroups group_rows(const int64_t* rows, int64_t N, int64_t V);
+
+// One gradient: grad row r at grad + r*stride; source i adds to row rows[i]
+// (rows[i] < 0: skipped); groups = group_rows(rows, N, V).
+struct GradTarget {
+  float* grad = nullptr;  // nullptr: this gradient is not wanted
+  int64_t stride = 0;
+  const int64_t* rows = nullptr;
+  const RowGroups* groups = nullptr;
+  int64_t V = 0;
+};
+
+// Source i = (b, t) = (i / T, i % T) is the row src + b*sb + t*st, (D) floats.
+struct Source {
+  const float* data = nullptr;
+  int64_t sb = 0, st = 0;
+  int64_t B = 0, T = 0, D = 0;
+  const float* row(int64_t i) const { return data + (i / T) * sb + (i % T) * st; }
+};
+
+// a.grad += the sources grouped by a.rows, and b.grad likewise (either may
+// be absent). Accumulates; only listed rows change; the two gradients must
+// not overlap. The order of the floating-point additions is part of the
+// definition, so every back end and every thread count gives the same bits.
+// For each row v with sources i_1 < i_2 < ... < i_n:
 //   n <= kRowBlock: one at a time, in order (as llm.c's encoder_backward and
 //                   PyTorch's index_add_ do):  grad[v] = ((grad[v] + s_1) + s_2) + ...
 //   n >  kRowBlock: blocks of kRowBlock sources, each summed from its first
@@ -35,66 +145,38 @@ using ComposeForwardFn = void(float* out, const int64_t* ids, const float* token
 //                   grad[v] = ((grad[v] + (s_1 + ... + s_64)) + (s_65 + ...)) + ...
 // Fixed blocks let a row used thousands of times be summed by many threads;
 // a row used at most 64 times needs no scratch, so a kernel may add each
-// source the moment it reads it (what lets index_add_rows2 read src once).
+// source the moment it reads it: the cpu back end reads each source once for
+// both gradients when every b row has at most kRowBlock sources (positions:
+// B <= 64), and re-reads only the sources of a rows split between threads.
 inline constexpr int64_t kRowBlock = 64;
-using IndexAddRowsFn = void(float* grad, const float* src, const int64_t* rows, int64_t N, int64_t V,
-                            int64_t D);
+using IndexAddRowsFn = void(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex);
 
-// Both gradients of the input stage from one d_out:
-//   index_add_rows(grad_a, src, rows_a, N, Va, D) and
-//   index_add_rows(grad_b, src, rows_b, N, Vb, D),
-// with exactly those bits (grad_b may be null: only the first). grad_a and
-// grad_b must not overlap. The cpu back end reads each row of src from
-// memory once for both when every rows_b row has at most kRowBlock sources
-// (positions: B <= 64), and re-reads only the sources of rows_a rows whose
-// sources are split between threads (docs/benchmarks.md).
-using IndexAddRows2Fn = void(float* grad_a, const int64_t* rows_a, int64_t Va, float* grad_b,
-                             const int64_t* rows_b, int64_t Vb, const float* src, int64_t N, int64_t D);
-
-// Element types of tables and outputs (same values as tokpos::DType and tokpos_dtype).
-enum class Elem { kF32 = 0, kBF16 = 1, kF16 = 2 };
-
-// compose_forward for any table types: token and position rows are read as
-// their own type, widened to float, added in float, and the sum is stored as
-// out_type (kF32 or kBF16, rounded to nearest even). pos_table may be null.
-using ComposeForwardMixedFn = void(void* out, Elem out_type, const int64_t* ids, const void* token_table,
-                                   Elem token_type, int64_t V, int64_t unk_id, const void* pos_table,
-                                   Elem pos_type, const int64_t* pos_ids, int64_t start, int64_t B, int64_t T,
-                                   int64_t D);
-
-// BERT's input stage, fused: for each (b, t),
-//   x = (token_table[row] + type_table[type_ids[n]]) + pos_table[pos(b, t)]
-// in exactly that order (as transformers' BertEmbeddings adds them), then, if
-// gamma is not null, LayerNorm over the row: (x - mean) / sqrt(var + eps) *
-// gamma + beta, with mean and var accumulated in double. type_ids null means
-// type 0 everywhere; type_table null means no token-type term. Overwrites out.
-using ComposeTypedFn = void(float* out, const int64_t* ids, const float* token_table, int64_t V,
-                            int64_t unk_id, const int64_t* type_ids, const float* type_table,
-                            const float* pos_table, const int64_t* pos_ids, int64_t start, const float* gamma,
-                            const float* beta, double eps, int64_t B, int64_t T, int64_t D);
+// ---- Back ends -----------------------------------------------------------------
 
 struct KernelTable {
   const char* name;
+  // 0: bitwise equal to the reference; else the largest relative difference
+  // from it that the back end allows (kernels_test checks the declaration).
+  double tolerance;
   ComposeForwardFn* compose_forward;
-  IndexAddRowsFn* index_add_rows;
-  ComposeForwardMixedFn* compose_forward_mixed;
   ComposeTypedFn* compose_typed;
-  IndexAddRows2Fn* index_add_rows2;
+  IndexAddRowsFn* index_add_rows;
 };
 
 const KernelTable& reference_kernels();
 const KernelTable& cpu_kernels();
-// What the modules call: cpu_kernels().
+// Every registered back end, the reference first.
+std::span<const KernelTable* const> backends();
+// What the ops layer calls: cpu_kernels().
 const KernelTable& active_kernels();
 
-// Weight tying (tied output projection), cpu back end only; tests compare it
-// with an independent double-precision computation.
-// logits (N, V) = h (N, D) . W^T. Overwrites logits.
-void linear_nt(float* logits, const float* h, const float* W, int64_t N, int64_t V, int64_t D);
-// dW (V, D) += d_logits^T . h when dW is not null, each row's sum formed in full
-// then added once;
-// d_h (N, D) += d_logits . W when d_h is not null.
-void linear_nt_backward(float* dW, float* d_h, const float* d_logits, const float* h, const float* W,
-                        int64_t N, int64_t V, int64_t D);
+// Scratch kept between backward calls (Context owns one); grown, never shrunk.
+struct Workspace {
+  std::vector<int32_t> owner;
+  std::vector<int64_t> mine, mine_start, tag, tasks, hot;
+  std::vector<float> scratch;
+  size_t bytes() const;
+  void release();
+};
 
 }  // namespace tokpos::kernels

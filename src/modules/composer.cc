@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/check.h"
-#include "kernels/kernels.h"
+#include "tokpos/ops.h"
 
 namespace tokpos {
 namespace {
@@ -31,29 +31,35 @@ EmbeddingComposer::EmbeddingComposer(TokenEmbedding token, std::unique_ptr<Posit
 void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t T, std::span<float> out,
                                 const ComposeOptions& o) const {
   constexpr const char* kWhere = "EmbeddingComposer::forward";
-  // Everything is checked before the one pass that writes out.
-  token_.check_ids(ids, B, T, o.id_policy, kWhere);
+  // Sizes and the position policy here; the op checks the ids, once, before
+  // the one pass that writes out.
+  detail::check_at_least(kWhere, "B", B, 0);
+  detail::check_at_least(kWhere, "T", T, 0);
+  detail::check_size(kWhere, "ids", ids.size(), detail::checked_mul(kWhere, "B*T", B, T));
   position_->check_positions(B, T, o.positions, kWhere);
   const int64_t D = token_.dim();
   detail::check_size(kWhere, "out", out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D));
-  if (B == 0 || T == 0) return;
-  if (types_ || (layer_norm_ && o.layer_norm)) return forward_typed(ids, B, T, out, o);
   const IdPolicy& policy = o.id_policy ? *o.id_policy : token_.id_policy();
-  const auto& kernel = kernels::active_kernels().compose_forward;
-  const int64_t* pos_ids = o.positions.ids.empty() ? nullptr : o.positions.ids.data();
-
+  token_.check_policy_for(policy, kWhere);
+  if (B == 0 || T == 0) return token_.check_ids(ids, B, T, o.id_policy, kWhere);
+  if (types_ || (layer_norm_ && o.layer_norm)) return forward_typed(ids, B, T, out, o);
+  const auto lookup = token_.lookup_options(policy, kWhere);
+  const TensorView vout(out.data(), DType::kF32, {B, T, D}), vids(ids.data(), DType::kI64, {B, T});
+  const TensorView tok(token_.table().data(), DType::kF32, {token_.vocab_size(), D});
   const auto [lo, hi] = position_range(o.positions, T);
   if (!position_->needs_rows(lo, hi)) {  // the common case: rows straight from the table
-    kernel(out.data(), ids.data(), token_.table().data(), token_.vocab_size(), policy.unk_id,
-           position_->table().data(), pos_ids, o.positions.start, B, T, D);
+    const TensorView pos(position_->table().data(), DType::kF32, {position_->max_context(), D});
+    const TensorView pids(o.positions.ids.data(), DType::kI64, {B, T});
+    ops::compose_forward(vout, vids, tok, pos.get(), o.positions.ids.empty() ? nullptr : pids.get(),
+                         o.positions.start, lookup);
     return;
   }
   // A policy computes some rows (extend, clamp, interpolate): build just the
   // rows this call reads, never touching the table, then the same fused pass.
-  if (pos_ids == nullptr) {
+  if (o.positions.ids.empty()) {
     const auto rows = position_->forward(T, o.positions.start);  // rows start .. start + T - 1
-    kernel(out.data(), ids.data(), token_.table().data(), token_.vocab_size(), policy.unk_id, rows.data(),
-           nullptr, 0, B, T, D);
+    const TensorView pos(rows.data(), DType::kF32, {T, D});
+    ops::compose_forward(vout, vids, tok, pos.get(), nullptr, 0, lookup);
     return;
   }
   std::vector<int64_t> unique(o.positions.ids.begin(), o.positions.ids.end());
@@ -64,20 +70,19 @@ void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t
     remapped[n] = std::lower_bound(unique.begin(), unique.end(), o.positions.ids[n]) - unique.begin();
   }
   const auto rows = position_->rows_for(unique);
-  kernel(out.data(), ids.data(), token_.table().data(), token_.vocab_size(), policy.unk_id, rows.data(),
-         remapped.data(), 0, B, T, D);
+  const TensorView pos(rows.data(), DType::kF32, {static_cast<int64_t>(unique.size()), D});
+  const TensorView pids(remapped.data(), DType::kI64, {B, T});
+  ops::compose_forward(vout, vids, tok, pos.get(), pids.get(), 0, lookup);
 }
 
 void EmbeddingComposer::forward_typed(std::span<const int64_t> ids, int64_t B, int64_t T,
                                       std::span<float> out, const ComposeOptions& o) const {
   constexpr const char* kWhere = "EmbeddingComposer::forward";
-  const int64_t* type_ids = nullptr;
   if (!o.token_type_ids.empty()) {
     if (!types_)
       detail::fail(Status::kInvalidArgument, kWhere,
                    "token_type_ids given but the composer has no token-type table");
-    types_->check_ids(o.token_type_ids, B, T, IdPolicy::error(), kWhere);
-    type_ids = o.token_type_ids.data();
+    detail::check_size(kWhere, "token_type_ids", o.token_type_ids.size(), B * T);
   }
   const auto [lo, hi] = position_range(o.positions, T);
   if (position_->needs_rows(lo, hi)) {
@@ -85,13 +90,22 @@ void EmbeddingComposer::forward_typed(std::span<const int64_t> ids, int64_t B, i
                  "token types and LayerNorm need positions inside the table");
   }
   const IdPolicy& policy = o.id_policy ? *o.id_policy : token_.id_policy();
+  const TensorView vids(ids.data(), DType::kI64, {B, T});
+  const TensorView pids(o.positions.ids.data(), DType::kI64, {B, T});
+  const ops::RowPlan plan(vids, token_.vocab_size(), o.positions.ids.empty() ? nullptr : pids.get(),
+                          o.positions.start, token_.lookup_options(policy, kWhere));
+  const int64_t D = token_.dim();
   const LayerNormParams* ln = (layer_norm_ && o.layer_norm) ? &*layer_norm_ : nullptr;
-  kernels::active_kernels().compose_typed(
-      out.data(), ids.data(), token_.table().data(), token_.vocab_size(), policy.unk_id, type_ids,
-      types_ ? types_->table().data() : nullptr, position_->table().data(),
-      o.positions.ids.empty() ? nullptr : o.positions.ids.data(), o.positions.start,
-      ln ? ln->gamma.data() : nullptr, ln ? ln->beta.data() : nullptr, ln ? ln->eps : 0.0, B, T,
-      token_.dim());
+  const TensorView tids(o.token_type_ids.data(), DType::kI64, {B, T});
+  const TensorView types(types_ ? types_->table().data() : nullptr, DType::kF32,
+                         {types_ ? types_->vocab_size() : 0, D});
+  const TensorView gamma(ln ? ln->gamma.data() : nullptr, DType::kF32, {D});
+  const TensorView beta(ln ? ln->beta.data() : nullptr, DType::kF32, {D});
+  ops::compose_typed_forward(TensorView(out.data(), DType::kF32, {B, T, D}), plan,
+                             TensorView(token_.table().data(), DType::kF32, {token_.vocab_size(), D}),
+                             o.token_type_ids.empty() ? nullptr : tids.get(), types_ ? types.get() : nullptr,
+                             TensorView(position_->table().data(), DType::kF32, {position_->max_context(), D}),
+                             ln ? gamma.get() : nullptr, ln ? beta.get() : nullptr, ln ? ln->eps : 0.0);
 }
 
 void EmbeddingComposer::set_token_types(TokenEmbedding types) {
@@ -138,25 +152,28 @@ std::vector<int64_t> EmbeddingComposer::backward(std::span<const float> d_out, s
     detail::fail(Status::kInvalidArgument, kWhere, "backward with a token-type table is not implemented yet");
   }
   // Check both halves before either gradient changes.
-  token_.check_ids(ids, B, T, o.id_policy, kWhere);
   position_->check_positions(B, T, o.positions, kWhere);
   detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, dim()));
-  // Allocate both gradients (either may throw) before writing to either.
-  position_->ensure_grad();
-  if (!token_.frozen()) token_.ensure_grad();
   auto pos_rows = position_->gradient_rows(B, T, o.positions, kWhere);
   if (token_.frozen() || pos_rows.empty()) {
+    token_.check_ids(ids, B, T, o.id_policy, kWhere);
+    position_->ensure_grad();  // allocate both (either may throw) before writing either
+    if (!token_.frozen()) token_.ensure_grad();
     auto touched = token_.backward(d_out, ids, B, T, o.id_policy);
     position_->backward(d_out, B, T, o.positions);
     return touched;
   }
-  // Both gradients in one kernel: each row of d_out is read once for both
-  // (kernels.h, index_add_rows2), with the bits of the two separate backwards.
-  auto g = token_.gradient_rows(d_out, ids, B, T, o.id_policy, kWhere);
-  kernels::active_kernels().index_add_rows2(token_.grad_.data(), g.rows.data(), token_.vocab_size(),
-                                            position_->ensure_grad().data(), pos_rows.data(),
-                                            position_->max_context(), d_out.data(), B * T, dim());
-  return std::move(g.touched);
+  // Both gradients from one plan (ids checked once) and one kernel that
+  // reads each row of d_out once for both (kernels.h), with the bits of the
+  // two separate backwards.
+  const ops::RowPlan plan = token_.plan(d_out, ids, B, T, o.id_policy, kWhere, pos_rows);
+  auto pos_grad = position_->ensure_grad();
+  token_.ensure_grad();
+  const int64_t D = dim();
+  ops::compose_backward(TensorView(token_.grad_.data(), DType::kF32, {token_.vocab_size(), D}).get(),
+                        TensorView(pos_grad.data(), DType::kF32, {position_->max_context(), D}).get(),
+                        TensorView(d_out.data(), DType::kF32, {B, T, D}), plan);
+  return {plan.touched_rows().begin(), plan.touched_rows().end()};
 }
 
 void EmbeddingComposer::zero_grad() {

@@ -6,7 +6,7 @@
 
 #include "common/check.h"
 #include "common/validate.h"
-#include "kernels/kernels.h"
+#include "tokpos/ops.h"
 #include "tokpos/random.h"
 
 namespace tokpos {
@@ -179,7 +179,10 @@ void LearnedPositionalEmbedding::backward(std::span<const float> d_out, int64_t 
   detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
   ensure_grad();
   if (!interpolating) {
-    kernels::active_kernels().index_add_rows(grad_.data(), d_out.data(), rows.data(), B * T, L_, D_);
+    // The rows are the positions: the op's position gradient alone.
+    const TensorView r(rows.data(), DType::kI64, {B, T});
+    ops::compose_backward(nullptr, TensorView(grad_.data(), DType::kF32, {L_, D_}).get(),
+                          TensorView(d_out.data(), DType::kF32, {B, T, D_}), r, r.get(), 0, {.where = kWhere});
     return;
   }
   // Each position feeds two rows with weights (1 - w1, w1). One pass in

@@ -5,7 +5,8 @@
 
 #include "common/check.h"
 #include "common/validate.h"
-#include "kernels/kernels.h"
+#include "modules/linear.h"
+#include "tokpos/ops.h"
 #include "tokpos/random.h"
 
 namespace tokpos {
@@ -70,6 +71,10 @@ TokenEmbedding TokenEmbedding::from_pretrained(std::vector<float> table, const T
   return TokenEmbedding(o.vocab_size, o.dim, std::move(table), o.padding_idx, o.id_policy, frozen);
 }
 
+void TokenEmbedding::check_policy_for(const IdPolicy& policy, const char* where) const {
+  check_policy(where, policy, V_);
+}
+
 void TokenEmbedding::set_id_policy(const IdPolicy& policy) {
   check_policy("TokenEmbedding::set_id_policy", policy, V_);
   id_policy_ = policy;
@@ -116,11 +121,15 @@ std::vector<int64_t> TokenEmbedding::resolve_ids(std::span<const int64_t> ids, i
 void TokenEmbedding::forward(std::span<const int64_t> ids, int64_t B, int64_t T, std::span<float> out,
                              std::optional<IdPolicy> policy) const {
   constexpr const char* kWhere = "TokenEmbedding::forward";
-  check_ids(ids, B, T, policy, kWhere);
+  check_batch(kWhere, B, T);
+  detail::check_size(kWhere, "ids", ids.size(), detail::checked_mul(kWhere, "B*T", B, T));
   detail::check_size(kWhere, "out", out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
   const IdPolicy& p = policy ? *policy : id_policy_;
-  kernels::active_kernels().compose_forward(out.data(), ids.data(), table_.data(), V_, p.unk_id, nullptr,
-                                            nullptr, 0, B, T, D_);
+  check_policy(kWhere, p, V_);
+  // The op checks the ids (once) and runs the kernel.
+  ops::compose_forward(TensorView(out.data(), DType::kF32, {B, T, D_}), TensorView(ids.data(), DType::kI64, {B, T}),
+                       TensorView(table_.data(), DType::kF32, {V_, D_}), nullptr, nullptr, 0,
+                       lookup_options(p, kWhere));
 }
 
 std::vector<float> TokenEmbedding::forward(std::span<const int64_t> ids, int64_t B, int64_t T,
@@ -132,31 +141,34 @@ std::vector<float> TokenEmbedding::forward(std::span<const int64_t> ids, int64_t
   return out;
 }
 
-TokenEmbedding::GradientRows TokenEmbedding::gradient_rows(std::span<const float> d_out,
-                                                           std::span<const int64_t> ids, int64_t B, int64_t T,
-                                                           std::optional<IdPolicy> policy,
-                                                           const char* where) const {
-  GradientRows g{resolve_ids(ids, B, T, policy, where), {}};
+ops::LookupOptions TokenEmbedding::lookup_options(const IdPolicy& p, const char* where) const {
+  return {.unk_id = p.action == IdPolicy::Action::kMapToUnk ? p.unk_id : -1,
+          .padding_idx = padding_idx_.value_or(-1),
+          .where = where};
+}
+
+ops::RowPlan TokenEmbedding::plan(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B, int64_t T,
+                                  std::optional<IdPolicy> policy, const char* where,
+                                  std::span<const int64_t> positions) const {
+  check_batch(where, B, T);
+  detail::check_size(where, "ids", ids.size(), detail::checked_mul(where, "B*T", B, T));
   detail::check_size(where, "d_out", d_out.size(), detail::checked_mul3(where, "B*T*D", B, T, D_));
-  if (frozen_) return {};
-  if (padding_idx_) {
-    for (auto& r : g.rows) r = (r == *padding_idx_) ? -1 : r;
-  }
-  g.touched = g.rows;
-  std::sort(g.touched.begin(), g.touched.end());
-  g.touched.erase(std::unique(g.touched.begin(), g.touched.end()), g.touched.end());
-  if (!g.touched.empty() && g.touched.front() < 0) g.touched.erase(g.touched.begin());
-  return g;
+  const IdPolicy& p = policy ? *policy : id_policy_;
+  check_policy(where, p, V_);
+  const TensorView pos(positions.data(), DType::kI64, {B, T});
+  return ops::RowPlan(TensorView(ids.data(), DType::kI64, {B, T}), V_, positions.empty() ? nullptr : pos.get(), 0,
+                      lookup_options(p, where));
 }
 
 std::vector<int64_t> TokenEmbedding::backward(std::span<const float> d_out, std::span<const int64_t> ids,
                                               int64_t B, int64_t T, std::optional<IdPolicy> policy) {
-  auto g = gradient_rows(d_out, ids, B, T, policy, "TokenEmbedding::backward");
+  constexpr const char* kWhere = "TokenEmbedding::backward";
+  const ops::RowPlan rows = plan(d_out, ids, B, T, policy, kWhere);
   if (frozen_) return {};
   ensure_grad();  // may throw; nothing has been written yet
-  kernels::active_kernels().index_add_rows(grad_.data(), d_out.data(), g.rows.data(),
-                                           static_cast<int64_t>(g.rows.size()), V_, D_);
-  return std::move(g.touched);
+  ops::compose_backward(TensorView(grad_.data(), DType::kF32, {V_, D_}).get(), nullptr,
+                        TensorView(d_out.data(), DType::kF32, {B, T, D_}), rows);
+  return {rows.touched_rows().begin(), rows.touched_rows().end()};
 }
 
 TokenEmbedding::SparseGradient TokenEmbedding::sparse_backward(std::span<const float> d_out,
@@ -164,19 +176,13 @@ TokenEmbedding::SparseGradient TokenEmbedding::sparse_backward(std::span<const f
                                                                int64_t T,
                                                                std::optional<IdPolicy> policy) const {
   constexpr const char* kWhere = "TokenEmbedding::sparse_backward";
-  auto g = gradient_rows(d_out, ids, B, T, policy, kWhere);
+  const ops::RowPlan rows = plan(d_out, ids, B, T, policy, kWhere);
   if (frozen_) return {};
-  // Index each source by its position among the touched rows, then the same
-  // kernel as the dense backward, into a zeroed (U, D) buffer.
-  for (auto& r : g.rows) {
-    if (r >= 0) r = std::lower_bound(g.touched.begin(), g.touched.end(), r) - g.touched.begin();
-  }
-  const auto U = static_cast<int64_t>(g.touched.size());
-  SparseGradient out{std::move(g.touched), {}};
-  out.values =
-      detail::make_buffer<float>(kWhere, "sparse gradient", detail::checked_mul(kWhere, "U*D", U, D_));
-  kernels::active_kernels().index_add_rows(out.values.data(), d_out.data(), g.rows.data(),
-                                           static_cast<int64_t>(g.rows.size()), U, D_);
+  const auto U = static_cast<int64_t>(rows.touched_rows().size());
+  SparseGradient out{{rows.touched_rows().begin(), rows.touched_rows().end()}, {}};
+  out.values = detail::make_buffer<float>(kWhere, "sparse gradient", detail::checked_mul(kWhere, "U*D", U, D_));
+  ops::token_gradient_rows(TensorView(out.values.data(), DType::kF32, {U, D_}),
+                           TensorView(d_out.data(), DType::kF32, {B, T, D_}), rows);
   return out;
 }
 
@@ -185,7 +191,7 @@ void TokenEmbedding::logits(std::span<const float> h, int64_t N, std::span<float
   detail::check_at_least(kWhere, "N", N, 0);
   detail::check_size(kWhere, "h", h.size(), detail::checked_mul(kWhere, "N*D", N, D_));
   detail::check_size(kWhere, "logits", out.size(), detail::checked_mul(kWhere, "N*V", N, V_));
-  kernels::linear_nt(out.data(), h.data(), table_.data(), N, V_, D_);
+  detail::linear_nt(out.data(), h.data(), table_.data(), N, V_, D_);
 }
 
 std::vector<float> TokenEmbedding::logits(std::span<const float> h, int64_t N) const {
@@ -206,7 +212,7 @@ void TokenEmbedding::logits_backward(std::span<const float> d_logits, std::span<
   // A frozen table gets no gradient, but d_h still flows. padding_idx masks only
   // the lookup path: the output side touches every row, as in PyTorch.
   float* dW = frozen_ ? nullptr : ensure_grad().data();
-  kernels::linear_nt_backward(dW, d_h.empty() ? nullptr : d_h.data(), d_logits.data(), h.data(),
+  detail::linear_nt_backward(dW, d_h.empty() ? nullptr : d_h.data(), d_logits.data(), h.data(),
                               table_.data(), N, V_, D_);
 }
 

@@ -322,26 +322,6 @@ std::optional<Layout> parse_layout(std::string_view name) {
   return std::nullopt;
 }
 
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-  }
-  return "unknown";
-}
-
-std::optional<DType> parse_dtype(std::string_view name) {
-  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
-    if (name == dtype_name(d)) return d;
-  }
-  return std::nullopt;
-}
-
-size_t dtype_size(DType dtype) {
-  return dtype == DType::kF32 ? 4 : 2;
-}
-
 int64_t num_frequency_pairs(Layout layout, int64_t D) {
   return (layout == Layout::kInterleaved || layout == Layout::kHalves) ? D / 2 + D % 2 : D / 2;
 }
@@ -380,8 +360,11 @@ void position_table(void* out, DType dtype, int64_t L, int64_t D, int64_t start,
     case DType::kF32: return generate<DType::kF32>(out, L, D, start, o);
     case DType::kBF16: return generate<DType::kBF16>(out, L, D, start, o);
     case DType::kF16: return generate<DType::kF16>(out, L, D, start, o);
+    case DType::kI32:
+    case DType::kI64: break;
   }
-  detail::fail(Status::kInvalidArgument, kWhere, "dtype ", static_cast<int>(dtype), " is unknown");
+  detail::fail(Status::kInvalidArgument, kWhere, "dtype ", static_cast<int>(dtype),
+               " is not a table type: expected f32 (0), bf16 (1) or f16 (2)");
 }
 
 std::vector<float> position_table(int64_t L, int64_t D, int64_t start, const TableOptions& o) {

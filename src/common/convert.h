@@ -1,11 +1,11 @@
-// Private: scalar-code conversions between float and the 16-bit formats,
-// written so that loops over them vectorise (no branches, no libm).
+// Private: conversions between float and the 16-bit formats, written so that
+// loops over them vectorise (no branches, no libm). Kernels and readers share them.
 #pragma once
 
 #include <bit>
 #include <cstdint>
 
-namespace tokpos::kernels {
+namespace tokpos::fp {
 
 struct bf16_t {
   uint16_t bits;
@@ -45,6 +45,24 @@ inline U f32_to_bf16_bits(F f) {
   return (u & 0x7fffffffu) > 0x7f800000u ? U((u >> 16) | 0x40u) : rounded;
 }
 
+// float -> binary16 bits (in the low half of U), round to nearest even;
+// overflow gives Inf, NaN gives a quiet NaN (0x7e00 with the sign).
+// Subnormal results come from one float addition that aligns the 10 mantissa
+// bits at the bottom (round to nearest even by the FPU); normal ones from a
+// rebias with the rounding bias added before the shift.
+template <typename U, typename F>
+inline U f32_to_f16_bits(F f) {
+  const U u = std::bit_cast<U>(f);
+  const U sign = (u >> 16) & 0x8000u;
+  const U a = u & 0x7fffffffu;
+  constexpr uint32_t kMagicBits = ((127 - 15) + (23 - 10) + 1) << 23;  // 0.5f: aligns subnormals
+  const U sub = U(std::bit_cast<U>(F(std::bit_cast<F>(a) + std::bit_cast<float>(kMagicBits))) - kMagicBits);
+  const U norm = U((a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13);
+  const U inf_nan = a > 0x7f800000u ? U(U{} + 0x7e00u) : U(U{} + 0x7c00u);
+  const U finite = a < (113u << 23) ? sub : norm;
+  return U((a >= (143u << 23) ? inf_nan : finite) | sign);
+}
+
 inline float to_f32(f16_t x) {
   return f16_bits_to_f32<uint32_t, float>(x.bits);
 }
@@ -52,5 +70,8 @@ inline float to_f32(f16_t x) {
 inline bf16_t to_bf16(float f) {
   return {static_cast<uint16_t>(f32_to_bf16_bits<uint32_t, float>(f))};
 }
+inline f16_t to_f16(float f) {
+  return {static_cast<uint16_t>(f32_to_f16_bits<uint32_t, float>(f))};
+}
 
-}  // namespace tokpos::kernels
+}  // namespace tokpos::fp

@@ -1,0 +1,44 @@
+#include "tokpos/dtype.h"
+
+#include "common/check.h"
+
+namespace tokpos {
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+  }
+  return "unknown";
+}
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64}) {
+    if (name == dtype_name(d)) return d;
+  }
+  return std::nullopt;
+}
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kBF16:
+    case DType::kF16: return 2;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
+
+DType dtype_from_int(int value, const char* where, const char* name) {
+  if (value < static_cast<int>(DType::kF32) || value > static_cast<int>(DType::kI64)) {
+    detail::fail(Status::kInvalidArgument, where, name, " ", value,
+                 " is not a dtype: expected 0 (f32), 1 (bf16), 2 (f16), 3 (i32) or 4 (i64)");
+  }
+  return static_cast<DType>(value);
+}
+
+}  // namespace tokpos

@@ -1,0 +1,194 @@
+// The cpu forward: a gather of token rows plus position rows, OpenMP over
+// tokens, one contiguous token range per thread, vectorised inner loops,
+// streaming stores for outputs larger than the cache. Bitwise equal to the
+// reference. The streaming helpers (and convert.h's templates, instantiated
+// for them) pass 64-byte GCC vectors between always-inline functions: no ABI
+// is involved.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define TOKPOS_STREAM_STORES 1  // else "streaming" stores are plain stores
+#endif
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "common/convert.h"
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/kernels.h"
+
+namespace tokpos::kernels::cpu {
+namespace {
+
+using fp::bf16_t;
+using fp::f16_t;
+using fp::to_f32;
+
+template <typename Out>
+inline void store(Out* out, float v) {
+  if constexpr (sizeof(Out) == 4) {
+    *out = v;
+  } else if constexpr (std::is_same_v<Out, bf16_t>) {
+    *out = fp::to_bf16(v);
+  } else {
+    *out = fp::to_f16(v);
+  }
+}
+
+// Streaming stores. Sixteen elements at a time in GCC vectors, which each
+// clone compiles to its widest registers (one zmm, two ymm or four xmm), using
+// the same bit formulas as the scalar conversions (convert.h), so the same
+// bits. The stores are SSE2 non-temporal stores, available in every clone: the
+// line goes to memory without first being read (no read-for-ownership) and
+// without evicting the tables from the cache.
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef float f32x16 __attribute__((vector_size(64)));
+
+__attribute__((always_inline)) inline f32x16 load16(const float* p) {
+  f32x16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+__attribute__((always_inline)) inline u32x16 load16_bits(const uint16_t* p) {
+  u16x16 h;
+  std::memcpy(&h, p, sizeof h);
+  return __builtin_convertvector(h, u32x16);
+}
+__attribute__((always_inline)) inline f32x16 load16(const bf16_t* p) {
+  return std::bit_cast<f32x16>(u32x16(load16_bits(&p->bits) << 16));
+}
+__attribute__((always_inline)) inline f32x16 load16(const f16_t* p) {
+  return fp::f16_bits_to_f32<u32x16, f32x16>(load16_bits(&p->bits));
+}
+
+// p must be 16-byte aligned.
+__attribute__((always_inline)) inline void stream16(float* p, f32x16 v) {
+#ifdef TOKPOS_STREAM_STORES
+  _mm_stream_ps(p, __builtin_shufflevector(v, v, 0, 1, 2, 3));
+  _mm_stream_ps(p + 4, __builtin_shufflevector(v, v, 4, 5, 6, 7));
+  _mm_stream_ps(p + 8, __builtin_shufflevector(v, v, 8, 9, 10, 11));
+  _mm_stream_ps(p + 12, __builtin_shufflevector(v, v, 12, 13, 14, 15));
+#else
+  std::memcpy(p, &v, sizeof v);
+#endif
+}
+__attribute__((always_inline)) inline void stream16_bits(uint16_t* p, u32x16 bits) {
+  const u16x16 h = __builtin_convertvector(bits, u16x16);
+#ifdef TOKPOS_STREAM_STORES
+  auto* q = reinterpret_cast<__m128i*>(p);
+  _mm_stream_si128(q, std::bit_cast<__m128i>(__builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7)));
+  _mm_stream_si128(q + 1, std::bit_cast<__m128i>(__builtin_shufflevector(h, h, 8, 9, 10, 11, 12, 13, 14, 15)));
+#else
+  std::memcpy(p, &h, sizeof h);
+#endif
+}
+__attribute__((always_inline)) inline void stream16(bf16_t* p, f32x16 v) {
+  stream16_bits(&p->bits, fp::f32_to_bf16_bits<u32x16, f32x16>(v));
+}
+__attribute__((always_inline)) inline void stream16(f16_t* p, f32x16 v) {
+  stream16_bits(&p->bits, fp::f32_to_f16_bits<u32x16, f32x16>(v));
+}
+
+// out[0, len) = token row (+ position row), widened, added, stored as Out.
+template <typename Tok, typename Pos, typename Out>
+__attribute__((always_inline)) inline void row_sum(Out* __restrict out, const Tok* __restrict wte,
+                                                   const Pos* __restrict wpe, int64_t len) {
+  if (wpe == nullptr) {
+    for (int64_t d = 0; d < len; ++d) store(out + d, to_f32(wte[d]));
+  } else {
+    for (int64_t d = 0; d < len; ++d) store(out + d, to_f32(wte[d]) + to_f32(wpe[d]));
+  }
+}
+
+// row_sum with streaming stores: plain stores up to the first 16-byte
+// boundary of out and for the last D % 16 elements, streamed in between.
+template <typename Tok, typename Pos, typename Out>
+__attribute__((always_inline)) inline void row_sum_stream(Out* out, const Tok* wte, const Pos* wpe, int64_t D) {
+  const auto misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) % 16);
+  const int64_t head = std::min(D, misalign == 0 ? 0 : (16 - misalign) / static_cast<int64_t>(sizeof(Out)));
+  row_sum(out, wte, wpe, head);
+  int64_t d = head;
+  if (wpe == nullptr) {
+    for (; d + 16 <= D; d += 16) stream16(out + d, load16(wte + d));
+  } else {
+    for (; d + 16 <= D; d += 16) stream16(out + d, load16(wte + d) + load16(wpe + d));
+  }
+  row_sum(out + d, wte + d, wpe == nullptr ? nullptr : wpe + d, D - d);
+}
+
+// Tokens [n0, n1): the whole computation, inlined into each clone of
+// gather_range so every clone vectorises it for its ISA.
+template <typename Tok, typename Pos, typename Out, bool kStream>
+__attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int64_t n1) {
+  Out* out = static_cast<Out*>(g.out.data);
+  const Tok* tok = static_cast<const Tok*>(g.tok.data);
+  const Pos* pos = static_cast<const Pos*>(g.pos.data);
+  const int64_t T = g.T, D = g.D, V = g.V, ts = g.tok.stride, ps = g.pos.stride;
+  int64_t b = n0 / T, t = n0 % T;          // (b, t) of token n
+  int64_t b_ahead = (n0 + kPrefetchAhead) / T, t_ahead = (n0 + kPrefetchAhead) % T;
+  for (int64_t n = n0; n < n1; ++n) {
+    if (n + kPrefetchAhead < n1) {
+      const int64_t id = g.ids.at(b_ahead, t_ahead);
+      if (id >= 0 && id < V) prefetch_row(tok + id * ts, D * static_cast<int64_t>(sizeof(Tok)));
+    }
+    const int64_t id = g.ids.at(b, t);
+    const int64_t ix = (id >= 0 && id < V) ? id : g.unk_id;
+    const Pos* wpe_p = pos == nullptr ? nullptr : pos + (g.pos_ids.data ? g.pos_ids.at(b, t) : g.start + t) * ps;
+    Out* o = out + b * g.out.sb + t * g.out.st;
+    if constexpr (kStream) {
+      row_sum_stream(o, tok + ix * ts, wpe_p, D);
+    } else {
+      row_sum(o, tok + ix * ts, wpe_p, D);
+    }
+    if (++t == T) t = 0, ++b;
+    if (++t_ahead == T) t_ahead = 0, ++b_ahead;
+  }
+#ifdef TOKPOS_STREAM_STORES
+  if constexpr (kStream) _mm_sfence();  // order the streamed lines before the team's barrier
+#endif
+}
+
+template <typename Tok, typename Pos>
+__attribute__((always_inline)) inline void rows_out(const Gather& g, int64_t n0, int64_t n1, bool stream) {
+  switch (g.out.type) {
+    case DType::kBF16:
+      return stream ? rows<Tok, Pos, bf16_t, true>(g, n0, n1) : rows<Tok, Pos, bf16_t, false>(g, n0, n1);
+    case DType::kF16:
+      return stream ? rows<Tok, Pos, f16_t, true>(g, n0, n1) : rows<Tok, Pos, f16_t, false>(g, n0, n1);
+    default:
+      return stream ? rows<Tok, Pos, float, true>(g, n0, n1) : rows<Tok, Pos, float, false>(g, n0, n1);
+  }
+}
+
+template <typename Tok>
+__attribute__((always_inline)) inline void rows_pos(const Gather& g, int64_t n0, int64_t n1, bool stream) {
+  switch (g.pos.type) {
+    case DType::kBF16: return rows_out<Tok, bf16_t>(g, n0, n1, stream);
+    case DType::kF16: return rows_out<Tok, f16_t>(g, n0, n1, stream);
+    default: return rows_out<Tok, float>(g, n0, n1, stream);
+  }
+}
+
+// One dispatch point per ISA; the type switch runs once per range, not per element.
+TOKPOS_KERNEL_CLONES
+void gather_range(const Gather& g, int64_t n0, int64_t n1, bool stream) {
+  switch (g.tok.type) {
+    case DType::kBF16: return rows_pos<bf16_t>(g, n0, n1, stream);
+    case DType::kF16: return rows_pos<f16_t>(g, n0, n1, stream);
+    default: return rows_pos<float>(g, n0, n1, stream);
+  }
+}
+
+}  // namespace
+
+void compose_forward(const Gather& g, const Exec& ex) {
+  const int64_t N = g.B * g.T;
+  const auto out_bytes = static_cast<int64_t>(N * g.D * static_cast<int64_t>(dtype_size(g.out.type)));
+  const bool stream = N > kDecodeTokens && out_bytes >= ex.stream_min_bytes;
+  over_token_ranges(ex, N, N * g.D, [&](int64_t n0, int64_t n1) { gather_range(g, n0, n1, stream); });
+}
+
+}  // namespace tokpos::kernels::cpu

@@ -1,0 +1,250 @@
+// The cpu backward: a scatter-add of d_out rows into the gradient rows, in
+// the summation order kernels.h defines, so the bits never depend on the
+// thread count. Bitwise equal to the reference.
+#include <omp.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/kernels.h"
+
+namespace tokpos::kernels::cpu {
+namespace {
+
+// block (D) = src[order[k0]] + src[order[k0 + 1]] + ... up to k1, in order.
+TOKPOS_KERNEL_CLONES
+void sum_block(float* block, const Source& src, const int64_t* order, int64_t k0, int64_t k1) {
+  const int64_t D = src.D;
+  float* __restrict acc = block;
+  const float* __restrict first = src.row(order[k0]);
+  for (int64_t d = 0; d < D; ++d) acc[d] = first[d];
+  for (int64_t k = k0 + 1; k < k1; ++k) {
+    const float* __restrict s = src.row(order[k]);
+    for (int64_t d = 0; d < D; ++d) acc[d] += s[d];
+  }
+}
+
+TOKPOS_KERNEL_CLONES
+void add_row(float* grad_row, const float* block, int64_t D) {
+  float* __restrict g = grad_row;
+  const float* __restrict b = block;
+  for (int64_t d = 0; d < D; ++d) g[d] += b[d];
+}
+
+// grad_row += src[order[k0]], then += src[order[k0 + 1]], ... (a row with at
+// most kRowBlock sources, one at a time).
+void add_rows_in_order(float* grad_row, const Source& src, const int64_t* order, int64_t k0, int64_t k1) {
+  for (int64_t k = k0; k < k1; ++k) add_row(grad_row, src.row(order[k]), src.D);
+}
+
+// One row of src read once, added to two gradient rows (either may be null).
+TOKPOS_KERNEL_CLONES
+void add_row2(float* a_row, float* b_row, const float* s_row, int64_t D) {
+  const float* __restrict s = s_row;
+  if (a_row != nullptr && b_row != nullptr) {
+    float* __restrict a = a_row;
+    float* __restrict b = b_row;
+    for (int64_t d = 0; d < D; ++d) {
+      const float x = s[d];
+      a[d] += x;
+      b[d] += x;
+    }
+    return;
+  }
+  float* __restrict g = a_row != nullptr ? a_row : b_row;
+  if (g != nullptr)
+    for (int64_t d = 0; d < D; ++d) g[d] += s[d];
+}
+
+// Both gradients (b optional) in one parallel region, two phases:
+//  1. Each thread owns a share of the sources and walks them in increasing i,
+//     reading each src row once. With b, it owns a range of b rows
+//     (positions), balanced by source count, and adds every row it reads to
+//     b; without, it owns the o-th range of i. It also adds the row to a
+//     when the a row is "local" (all of its sources are this thread's, so
+//     the one-at-a-time order holds), or to the partial sum of a hot a row's
+//     block whose sources are all local. With one thread everything is
+//     local: one pass over src, in order.
+//  2. What phase 1 left, as tasks: a rows whose sources are split between
+//     threads (one task per row, its sources in order) and hot blocks (summed
+//     into scratch). Then the hot rows add their block sums in order.
+// Which thread does what never changes the order of additions for any row,
+// so the bits are the same for every thread count. The constructor makes
+// every allocation (in the workspace), so a failed one leaves the gradients
+// as they were.
+class Scatter {
+ public:
+  // b_owned: the b target is filled in the same pass (every b row used at
+  // most kRowBlock times); else only a.
+  Scatter(const GradTarget& a, const GradTarget* b_owned, const Source& src, const Exec& ex, Workspace& ws)
+      : a_(a), src_(src), ws_(ws), nt_(src.B * src.T <= kDecodeTokens ? 1 : threads_for(ex, src.B * src.T * src.D)) {
+    assign_owners(b_owned);
+    plan_tasks();
+    ws_.scratch.resize(static_cast<size_t>(slots_ * src.D));
+  }
+
+  void run(const GradTarget* b);
+
+ private:
+  static constexpr int64_t kLater = -1, kDirect = -2;  // tags, with 2 * slot + first for hot blocks
+  static constexpr int kTaskWords = 4;                  // row, k0, k1, slot (slot < 0: one at a time)
+  static constexpr int kHotWords = 3;                   // row, first slot, blocks
+
+  void assign_owners(const GradTarget* b) {
+    const int64_t N = src_.B * src_.T;
+    auto& owner = ws_.owner;
+    owner.assign(static_cast<size_t>(N), -1);
+    if (b != nullptr) {
+      const RowGroups& g = *b->groups;
+      const auto total = static_cast<int64_t>(g.order.size());
+      for (size_t r = 0; r < g.rows.size(); ++r) {
+        const auto o = static_cast<int32_t>(g.start[r] * nt_ / std::max<int64_t>(total, 1));
+        for (int64_t k = g.start[r]; k < g.start[r + 1]; ++k) owner[g.order[k]] = o;
+      }
+    } else {
+      for (int64_t i = 0; i < N; ++i)
+        if (a_.rows[i] >= 0) owner[i] = static_cast<int32_t>(i * nt_ / N);
+    }
+    auto& ms = ws_.mine_start;
+    ms.assign(static_cast<size_t>(nt_) + 1, 0);
+    for (int64_t i = 0; i < N; ++i)
+      if (owner[i] >= 0) ++ms[owner[i] + 1];
+    for (int o = 0; o < nt_; ++o) ms[o + 1] += ms[o];
+    ws_.mine.resize(static_cast<size_t>(ms[nt_]));
+    // Fill through tag (sized N below anyway) as the running cursor per owner.
+    auto& fill = ws_.tag;
+    fill.assign(ms.begin(), ms.end() - 1);
+    for (int64_t i = 0; i < N; ++i)
+      if (owner[i] >= 0) ws_.mine[fill[owner[i]]++] = i;
+  }
+
+  // True if the a sources order[k0..k1) all belong to one phase-1 owner.
+  bool local(int64_t k0, int64_t k1) const {
+    const auto& order = a_.groups->order;
+    const int32_t o = ws_.owner[order[k0]];
+    for (int64_t k = k0; k < k1; ++k)
+      if (ws_.owner[order[k]] != o || o < 0) return false;
+    return true;
+  }
+
+  void plan_tasks() {
+    const RowGroups& g = *a_.groups;
+    auto& tag = ws_.tag;
+    tag.assign(ws_.owner.size(), kLater);
+    ws_.tasks.clear();
+    ws_.hot.clear();
+    for (size_t r = 0; r < g.rows.size(); ++r) {
+      const int64_t v = g.rows[r], k0 = g.start[r], k1 = g.start[r + 1];
+      if (k1 - k0 <= kRowBlock) {
+        if (!local(k0, k1)) {
+          ws_.tasks.insert(ws_.tasks.end(), {v, k0, k1, -1});
+          continue;
+        }
+        for (int64_t k = k0; k < k1; ++k) tag[g.order[k]] = kDirect;
+        continue;
+      }
+      ws_.hot.insert(ws_.hot.end(), {v, slots_, (k1 - k0 + kRowBlock - 1) / kRowBlock});
+      for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock, ++slots_) {
+        const int64_t b1 = std::min(k1, b0 + kRowBlock);
+        if (!local(b0, b1)) {
+          ws_.tasks.insert(ws_.tasks.end(), {v, b0, b1, slots_});
+          continue;
+        }
+        for (int64_t k = b0; k < b1; ++k) tag[g.order[k]] = 2 * slots_ + (k == b0 ? 1 : 0);
+      }
+    }
+  }
+
+  GradTarget a_;
+  Source src_;
+  Workspace& ws_;
+  int nt_;
+  int64_t slots_ = 0;
+};
+
+void Scatter::run(const GradTarget* b) {
+  const int64_t D = src_.D;
+  const int64_t* tag = ws_.tag.data();
+  const int64_t* mine = ws_.mine.data();
+  const int64_t* ms = ws_.mine_start.data();
+  const int64_t* tasks = ws_.tasks.data();
+  const int64_t* hot = ws_.hot.data();
+  const int64_t* order = a_.groups->order.data();
+  float* scratch = ws_.scratch.data();
+  const auto ntasks = static_cast<int64_t>(ws_.tasks.size()) / kTaskWords;
+  const auto nhot = static_cast<int64_t>(ws_.hot.size()) / kHotWords;
+  float* grad_a = a_.grad;
+  const int64_t as = a_.stride;
+  const int64_t* rows_a = a_.rows;
+  const Source& src = src_;
+#pragma omp parallel num_threads(nt_)
+  {
+    // Phase 1. A team smaller than asked for takes the extra owners in turn.
+    const int team = omp_get_num_threads();
+    for (int o = omp_get_thread_num(); o < nt_; o += team) {
+      const int64_t j1 = ms[o + 1];
+      for (int64_t j = ms[o]; j < j1; ++j) {
+        const int64_t i = mine[j];
+        if (j + kPrefetchAhead < j1 && tag[mine[j + kPrefetchAhead]] == kDirect)
+          prefetch_row(grad_a + rows_a[mine[j + kPrefetchAhead]] * as, D * 4);
+        const float* s = src.row(i);
+        float* g = tag[i] == kDirect ? grad_a + rows_a[i] * as : nullptr;
+        add_row2(g, b != nullptr ? b->grad + b->rows[i] * b->stride : nullptr, s, D);
+        if (tag[i] >= 0) {
+          float* part = scratch + (tag[i] >> 1) * D;
+          if (tag[i] & 1) {
+            std::copy(s, s + D, part);
+          } else {
+            add_row(part, s, D);
+          }
+        }
+      }
+    }
+    // Phase 2, in plan order, so the rows two tasks ahead can be prefetched.
+#pragma omp for schedule(dynamic, 16) nowait
+    for (int64_t j = 0; j < ntasks; ++j) {
+      const int64_t* t = tasks + j * kTaskWords;
+      if (j + 2 < ntasks) {
+        const int64_t* ahead = t + 2 * kTaskWords;
+        prefetch_row(src.row(order[ahead[1]]), D * 4);
+        if (ahead[3] < 0) prefetch_row(grad_a + ahead[0] * as, D * 4);
+      }
+      if (t[3] < 0) {
+        add_rows_in_order(grad_a + t[0] * as, src, order, t[1], t[2]);
+      } else {
+        sum_block(scratch + t[3] * D, src, order, t[1], t[2]);
+      }
+    }
+#pragma omp barrier
+    // Hot rows: grad[v] += block sums in block order, columns split across threads.
+    const int64_t col_chunk = 256;
+    const int64_t chunks = (D + col_chunk - 1) / col_chunk;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < nhot * chunks; ++item) {
+      const int64_t* h = hot + (item / chunks) * kHotWords;
+      const int64_t c0 = (item % chunks) * col_chunk, len = std::min(col_chunk, D - c0);
+      for (int64_t q = 0; q < h[2]; ++q) add_row(grad_a + h[0] * as + c0, scratch + (h[1] + q) * D + c0, len);
+    }
+  }
+}
+
+}  // namespace
+
+void index_add_rows(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex) {
+  Workspace local;
+  Workspace& ws = ex.ws != nullptr ? *ex.ws : local;
+  const bool want_a = a.grad != nullptr, want_b = b.grad != nullptr;
+  if (!want_a && !want_b) return;
+  if (!want_a) return Scatter(b, nullptr, src, ex, ws).run(nullptr);
+  if (!want_b) return Scatter(a, nullptr, src, ex, ws).run(nullptr);
+  if (b.groups->max_sources() <= kRowBlock) return Scatter(a, &b, src, ex, ws).run(&b);
+  // A b row used more than kRowBlock times (positions with B > 64) would need
+  // its block sums spread over threads: one pass each. The second plan is
+  // made before the first pass writes, in a workspace of its own.
+  Workspace second_ws;
+  Scatter first(a, nullptr, src, ex, ws), second(b, nullptr, src, ex, second_ws);
+  first.run(nullptr);
+  second.run(nullptr);
+}
+
+}  // namespace tokpos::kernels::cpu

@@ -1,0 +1,16 @@
+// The cpu back end's kernel table.
+#include "kernels/kernels.h"
+
+namespace tokpos::kernels {
+namespace cpu {
+void compose_forward(const Gather& g, const Exec& ex);
+void compose_typed(const TypedGather& g, const Exec& ex);
+void index_add_rows(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex);
+}  // namespace cpu
+
+const KernelTable& cpu_kernels() {
+  static const KernelTable table{"cpu", 0.0, cpu::compose_forward, cpu::compose_typed, cpu::index_add_rows};
+  return table;
+}
+
+}  // namespace tokpos::kernels

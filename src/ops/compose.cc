@@ -1,0 +1,499 @@
+// The compose ops: every argument checked once, then one kernel call.
+#include <algorithm>
+#include <new>
+#include <vector>
+
+#include "common/check.h"
+#include "common/validate.h"
+#include "kernels/kernels.h"
+#include "ops/context.h"
+#include "ops/tensor.h"
+#include "tokpos/ops.h"
+
+namespace tokpos::ops {
+
+struct RowPlan::Impl {
+  int ndim = 2;
+  int64_t B = 0, T = 0, V = 0, padding_idx = -1;
+  bool has_tokens = false;
+  std::vector<int64_t> token_rows;  // the row each (b, t) reads
+  std::vector<int64_t> grad_rows;   // the row each (b, t) adds to; -1 for padding_idx
+  std::vector<int64_t> positions;
+  int64_t position_limit = 0;
+  kernels::RowGroups token_groups, position_groups;
+};
+
+namespace {
+
+using detail::check_leading_shape;
+using detail::check_no_overlap;
+using detail::check_tensor;
+using detail::Role;
+using detail::View;
+using tokpos::detail::fail;
+
+constexpr const char* kForward = "tokpos::ops::compose_forward";
+constexpr const char* kBackward = "tokpos::ops::compose_backward";
+
+// (b, t) access to a validated (B, T) or (N) index view.
+kernels::Index index_of(const View& v) {
+  if (!v.present) return {};
+  if (v.ndim == 1) return {v.data, v.dtype, 0, v.strides[0]};
+  return {v.data, v.dtype, v.strides[0], v.strides[1]};
+}
+
+// A batch of ids and (optional) position ids, checked against each other.
+struct Batch {
+  View ids, pos_ids;
+  int64_t B = 0, T = 0;
+};
+
+Batch check_batch(const char* where, const DLTensor* ids, const DLTensor* position_ids) {
+  Batch b;
+  b.ids = check_tensor(where, "ids", ids, Role::kIndex, {1, 2});
+  b.B = b.ids.ndim == 2 ? b.ids.shape[0] : 1;
+  b.T = b.ids.ndim == 2 ? b.ids.shape[1] : b.ids.shape[0];
+  b.pos_ids = check_tensor(where, "position_ids", position_ids, Role::kIndex, {1, 2}, /*optional=*/true);
+  if (b.pos_ids.present) {
+    if (b.pos_ids.ndim != b.ids.ndim)
+      fail(Status::kShapeMismatch, where, "position_ids has ", b.pos_ids.ndim, " dimensions but ids has ",
+           b.ids.ndim);
+    check_leading_shape(where, b.pos_ids, b.ids, b.ids.ndim);
+  }
+  return b;
+}
+
+// out or d_out: (B, T, D) for 2-D ids, (N, D) for 1-D.
+void check_rows_shape(const char* where, const View& rows, const Batch& b) {
+  if (rows.ndim != b.ids.ndim + 1)
+    fail(Status::kShapeMismatch, where, rows.name, " has ", rows.ndim, " dimensions; with ", b.ids.ndim,
+         "-D ids it must have ", b.ids.ndim + 1);
+  check_leading_shape(where, rows, b.ids, b.ids.ndim);
+}
+
+// A (rows, D) table whose D must match.
+void check_table_width(const char* where, const View& table, int64_t D, const char* d_from) {
+  if (table.present && table.shape[1] != D)
+    fail(Status::kShapeMismatch, where, table.name, " has D = ", table.shape[1], " but ", d_from, " has D = ", D);
+}
+
+void check_unk(const char* where, int64_t unk_id, int64_t V) {
+  if (unk_id >= 0 && unk_id >= V)
+    fail(Status::kInvalidArgument, where, "unk_id ", unk_id, " is outside [0, ", V, ")");
+}
+
+void check_ids(const char* where, const Batch& b, int64_t V, int64_t unk_id) {
+  check_unk(where, unk_id, V);
+  if (unk_id >= 0) return;  // every id reads a valid row
+  const kernels::Index ids = index_of(b.ids);
+  tokpos::detail::check_token_ids(where, [&](int64_t bb, int64_t t) { return ids.at(bb, t); }, b.B, b.T, V);
+}
+
+void check_start(const char* where, const Batch& b, int64_t start) {
+  tokpos::detail::check_at_least(where, "start", start, 0);
+  if (!b.pos_ids.present && start > INT64_MAX - b.T)
+    fail(Status::kSizeOverflow, where, "start + T = ", start, " + ", b.T, " overflows int64");
+}
+
+// Every position of the batch in [0, L).
+void check_positions(const char* where, const Batch& b, int64_t start, int64_t L, const char* table) {
+  if (b.B == 0 || b.T == 0) return;
+  if (!b.pos_ids.present) {
+    if (start >= L || b.T > L - start)
+      fail(Status::kPositionOutOfRange, where, "positions ", start, " .. ", start + b.T - 1, " (start ", start,
+           ", T = ", b.T, ") exceed the ", L, " rows of ", table);
+    return;
+  }
+  const kernels::Index p = index_of(b.pos_ids);
+  tokpos::detail::check_position_ids(where, [&](int64_t bb, int64_t t) { return p.at(bb, t); }, b.B, b.T, L,
+                                     std::string(" (the rows of ") + table + ")");
+}
+
+kernels::Rows rows_of(const View& table) {
+  if (!table.present) return {};
+  return {table.data, table.dtype, table.strides[0]};
+}
+
+kernels::OutRows out_rows_of(const View& out) {
+  if (out.ndim == 2) return {out.data, out.dtype, 0, out.strides[0]};
+  return {out.data, out.dtype, out.strides[0], out.strides[1]};
+}
+
+kernels::Source source_of(const View& d_out, int64_t B, int64_t T, int64_t D) {
+  const auto* data = reinterpret_cast<const float*>(d_out.data);
+  if (d_out.ndim == 2) return {data, 0, d_out.strides[0], B, T, D};
+  return {data, d_out.strides[0], d_out.strides[1], B, T, D};
+}
+
+const char* where_of(const LookupOptions& o, const char* fallback) {
+  return o.where != nullptr ? o.where : fallback;
+}
+
+// Runs f, turning std::bad_alloc into Error(kOutOfMemory) naming the call.
+template <typename F>
+auto allocating(const char* where, const char* what, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    fail(Status::kOutOfMemory, where, "cannot allocate ", what);
+  }
+}
+
+// The plan for a validated batch. Token rows only when V >= 0.
+std::shared_ptr<RowPlan::Impl> make_plan(const char* where, const Batch& b, int64_t V, int64_t start,
+                                         const LookupOptions& o) {
+  return allocating(where, "the row plan", [&] {
+    auto p = std::make_shared<RowPlan::Impl>();
+    p->ndim = b.ids.ndim;
+    p->B = b.B;
+    p->T = b.T;
+    p->V = V;
+    p->padding_idx = o.padding_idx;
+    const int64_t N = b.B * b.T;
+    p->positions.resize(static_cast<size_t>(N));
+    const kernels::Index pi = index_of(b.pos_ids);
+    int64_t n = 0;
+    for (int64_t bb = 0; bb < b.B; ++bb)
+      for (int64_t t = 0; t < b.T; ++t, ++n) {
+        p->positions[n] = pi.data ? pi.at(bb, t) : start + t;
+        p->position_limit = std::max(p->position_limit, p->positions[n] + 1);
+      }
+    p->position_groups = kernels::group_rows(p->positions.data(), N, p->position_limit);
+    if (V < 0) return p;
+    p->has_tokens = true;
+    p->token_rows.resize(static_cast<size_t>(N));
+    p->grad_rows.resize(static_cast<size_t>(N));
+    const kernels::Index ids = index_of(b.ids);
+    n = 0;
+    for (int64_t bb = 0; bb < b.B; ++bb)
+      for (int64_t t = 0; t < b.T; ++t, ++n) {
+        const int64_t id = ids.at(bb, t);
+        p->token_rows[n] = (id >= 0 && id < V) ? id : o.unk_id;
+        p->grad_rows[n] = p->token_rows[n] == o.padding_idx ? -1 : p->token_rows[n];
+      }
+    p->token_groups = kernels::group_rows(p->grad_rows.data(), N, V);
+    return p;
+  });
+}
+
+void check_padding(const char* where, int64_t padding_idx, int64_t V) {
+  if (padding_idx < -1 || (V >= 0 && padding_idx >= V))
+    fail(Status::kInvalidArgument, where, "padding_idx ", padding_idx, " is outside [-1, ", V, ")");
+}
+
+// Negative explicit positions are refused when the plan is made; the upper
+// bound waits for the table.
+void check_plan_positions(const char* where, const Batch& b) {
+  if (!b.pos_ids.present) return;
+  const kernels::Index p = index_of(b.pos_ids);
+  tokpos::detail::check_position_ids(where, [&](int64_t bb, int64_t t) { return p.at(bb, t); }, b.B, b.T,
+                                     INT64_MAX, "");
+}
+
+// A plan used with a position table of L rows.
+void check_plan_table(const char* where, const RowPlan::Impl& p, int64_t L, const char* table) {
+  if (p.position_limit <= L) return;
+  const auto it = std::find_if(p.positions.begin(), p.positions.end(), [&](int64_t x) { return x >= L; });
+  const int64_t n = it - p.positions.begin();
+  fail(Status::kPositionOutOfRange, where, "position ", *it, " at (b=", n / p.T, ", t=", n % p.T,
+       ") is outside the ", L, " rows of ", table);
+}
+
+void check_plan_rows(const char* where, const View& rows, const RowPlan::Impl& p) {
+  const int want = p.ndim + 1;
+  if (rows.ndim != want)
+    fail(Status::kShapeMismatch, where, rows.name, " has ", rows.ndim, " dimensions; the plan's ", p.ndim,
+         "-D ids need ", want);
+  const bool match = p.ndim == 2 ? (rows.shape[0] == p.B && rows.shape[1] == p.T) : rows.shape[0] == p.T;
+  if (!match)
+    fail(Status::kShapeMismatch, where, rows.name, " starts with (", rows.shape[0], p.ndim == 2 ? ", " : "",
+         p.ndim == 2 ? std::to_string(rows.shape[1]) : std::string(), ") but the plan's ids are ",
+         p.ndim == 2 ? "(" + std::to_string(p.B) + ", " + std::to_string(p.T) + ")"
+                     : "(" + std::to_string(p.T) + ",)");
+}
+
+void check_plan_vocab(const char* where, const View& table, const RowPlan::Impl& p) {
+  if (!p.has_tokens)
+    fail(Status::kInvalidArgument, where, "the plan was made without token rows");
+  if (table.shape[0] != p.V)
+    fail(Status::kShapeMismatch, where, table.name, " has V = ", table.shape[0], " rows but the plan was made for V = ",
+         p.V);
+}
+
+void run_forward(const View& out, const RowPlan::Impl* plan, const Batch* batch, const View& tok, const View& pos,
+                 int64_t start, int64_t unk_id, const Context* ctx) {
+  kernels::Gather g;
+  g.out = out_rows_of(out);
+  g.tok = rows_of(tok);
+  g.pos = rows_of(pos);
+  g.V = tok.shape[0];
+  g.D = out.last();
+  if (plan != nullptr) {
+    g.B = plan->B;
+    g.T = plan->T;
+    g.ids = kernels::Index::contiguous(plan->token_rows.data(), plan->T);
+    g.pos_ids = kernels::Index::contiguous(plan->positions.data(), plan->T);
+  } else {
+    g.B = batch->B;
+    g.T = batch->T;
+    g.ids = index_of(batch->ids);
+    g.pos_ids = index_of(batch->pos_ids);
+    g.start = start;
+    g.unk_id = std::max<int64_t>(unk_id, 0);
+  }
+  if (g.B == 0 || g.T == 0 || g.D == 0) return;
+  kernels::active_kernels().compose_forward(g, detail::exec_for(ctx, false));
+}
+
+// Validates the backward's gradients against d_out and each other.
+struct Grads {
+  View d_tok, d_pos, d_out;
+};
+Grads check_grads(const char* where, const DLTensor* d_token_table, const DLTensor* d_pos_table, const DLTensor& d_out) {
+  Grads g;
+  g.d_out = check_tensor(where, "d_out", &d_out, Role::kGradIn, {2, 3});
+  g.d_tok = check_tensor(where, "d_token_table", d_token_table, Role::kGradient, {2}, true);
+  g.d_pos = check_tensor(where, "d_pos_table", d_pos_table, Role::kGradient, {2}, true);
+  const int64_t D = g.d_out.last();
+  check_table_width(where, g.d_tok, D, "d_out");
+  check_table_width(where, g.d_pos, D, "d_out");
+  check_no_overlap(where, g.d_tok, g.d_pos);
+  check_no_overlap(where, g.d_tok, g.d_out);
+  check_no_overlap(where, g.d_pos, g.d_out);
+  return g;
+}
+
+void run_backward(const Grads& g, const RowPlan::Impl& p, Context* ctx) {
+  const int64_t D = g.d_out.last();
+  if (p.B * p.T == 0 || D == 0 || (!g.d_tok.present && !g.d_pos.present)) return;
+  kernels::GradTarget a, b;
+  if (g.d_tok.present) {
+    a = {reinterpret_cast<float*>(g.d_tok.data), g.d_tok.strides[0], p.grad_rows.data(), &p.token_groups, p.V};
+  }
+  if (g.d_pos.present) {
+    b = {reinterpret_cast<float*>(g.d_pos.data), g.d_pos.strides[0], p.positions.data(), &p.position_groups,
+         g.d_pos.shape[0]};
+  }
+  const kernels::Source src = source_of(g.d_out, p.B, p.T, D);
+  Context local;
+  Context* c = ctx != nullptr ? ctx : &local;
+  allocating(kBackward, "the backward's workspace", [&] {
+    kernels::active_kernels().index_add_rows(a, b, src, detail::exec_for(c, true));
+    return 0;
+  });
+}
+
+}  // namespace
+
+// ---- RowPlan -------------------------------------------------------------------
+
+RowPlan::RowPlan(const DLTensor& ids, int64_t vocab_size, const DLTensor* position_ids, int64_t start,
+                 const LookupOptions& o) {
+  const char* where = where_of(o, "tokpos::ops::RowPlan");
+  const Batch b = check_batch(where, &ids, position_ids);
+  tokpos::detail::check_at_least(where, "vocab_size", vocab_size, 1);
+  check_padding(where, o.padding_idx, vocab_size);
+  check_start(where, b, start);
+  check_ids(where, b, vocab_size, o.unk_id);
+  check_plan_positions(where, b);
+  impl_ = make_plan(where, b, vocab_size, start, o);
+}
+
+RowPlan::~RowPlan() = default;
+RowPlan::RowPlan(const RowPlan&) = default;
+RowPlan& RowPlan::operator=(const RowPlan&) = default;
+RowPlan::RowPlan(RowPlan&&) noexcept = default;
+RowPlan& RowPlan::operator=(RowPlan&&) noexcept = default;
+
+int RowPlan::ids_ndim() const { return impl_->ndim; }
+int64_t RowPlan::batch() const { return impl_->B; }
+int64_t RowPlan::time() const { return impl_->T; }
+int64_t RowPlan::size() const { return impl_->B * impl_->T; }
+int64_t RowPlan::vocab_size() const { return impl_->V; }
+int64_t RowPlan::padding_idx() const { return impl_->padding_idx; }
+std::span<const int64_t> RowPlan::token_rows() const { return impl_->token_rows; }
+std::span<const int64_t> RowPlan::positions() const { return impl_->positions; }
+int64_t RowPlan::position_limit() const { return impl_->position_limit; }
+std::span<const int64_t> RowPlan::touched_rows() const { return impl_->token_groups.rows; }
+
+// ---- Forward -------------------------------------------------------------------
+
+void compose_forward(const DLTensor& out, const DLTensor& ids, const DLTensor& token_table, const DLTensor* pos_table,
+                     const DLTensor* position_ids, int64_t start, const LookupOptions& o, const Context* ctx) {
+  const char* where = where_of(o, kForward);
+  const Batch b = check_batch(where, &ids, position_ids);
+  const View vout = check_tensor(where, "out", &out, Role::kOutput, {2, 3});
+  check_rows_shape(where, vout, b);
+  const int64_t D = vout.last();
+  const View tok = check_tensor(where, "token_table", &token_table, Role::kTable, {2});
+  const View pos = check_tensor(where, "pos_table", pos_table, Role::kTable, {2}, true);
+  check_table_width(where, tok, D, "out");
+  check_table_width(where, pos, D, "out");
+  check_start(where, b, start);
+  for (const View* in : {&b.ids, &b.pos_ids, &tok, &pos}) check_no_overlap(where, vout, *in);
+  check_ids(where, b, tok.shape[0], o.unk_id);
+  if (pos.present) check_positions(where, b, start, pos.shape[0], "pos_table");
+  run_forward(vout, nullptr, &b, tok, pos, start, o.unk_id, ctx);
+}
+
+void compose_forward(const DLTensor& out, const RowPlan& plan, const DLTensor& token_table, const DLTensor* pos_table,
+                     const Context* ctx) {
+  const char* where = kForward;
+  const RowPlan::Impl& p = plan.impl();
+  const View vout = check_tensor(where, "out", &out, Role::kOutput, {2, 3});
+  check_plan_rows(where, vout, p);
+  const int64_t D = vout.last();
+  const View tok = check_tensor(where, "token_table", &token_table, Role::kTable, {2});
+  const View pos = check_tensor(where, "pos_table", pos_table, Role::kTable, {2}, true);
+  check_table_width(where, tok, D, "out");
+  check_table_width(where, pos, D, "out");
+  check_plan_vocab(where, tok, p);
+  check_no_overlap(where, vout, tok);
+  check_no_overlap(where, vout, pos);
+  if (pos.present) check_plan_table(where, p, pos.shape[0], "pos_table");
+  run_forward(vout, &p, nullptr, tok, pos, 0, -1, ctx);
+}
+
+void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTensor& token_table,
+                           const DLTensor* type_ids, const DLTensor* type_table, const DLTensor& pos_table,
+                           const DLTensor* gamma, const DLTensor* beta, double eps, const Context* ctx) {
+  const char* where = "tokpos::ops::compose_typed_forward";
+  const RowPlan::Impl& p = plan.impl();
+  const View vout = check_tensor(where, "out", &out, Role::kGradient, {2, 3});  // f32 only
+  check_plan_rows(where, vout, p);
+  const int64_t D = vout.last();
+  const View tok = check_tensor(where, "token_table", &token_table, Role::kGradIn, {2});
+  const View pos = check_tensor(where, "pos_table", &pos_table, Role::kGradIn, {2});
+  const View types = check_tensor(where, "type_table", type_table, Role::kGradIn, {2}, true);
+  const View tids = check_tensor(where, "type_ids", type_ids, Role::kIndex, {1, 2}, true);
+  const View g = check_tensor(where, "gamma", gamma, Role::kGradIn, {1}, true);
+  const View bt = check_tensor(where, "beta", beta, Role::kGradIn, {1}, true);
+  for (const View* t : {&tok, &pos, &types}) check_table_width(where, *t, D, "out");
+  check_plan_vocab(where, tok, p);
+  check_plan_table(where, p, pos.shape[0], "pos_table");
+  if (g.present != bt.present) fail(Status::kInvalidArgument, where, "gamma and beta must be given together");
+  for (const View* t : {&g, &bt})
+    if (t->present && t->shape[0] != D)
+      fail(Status::kShapeMismatch, where, t->name, " has ", t->shape[0], " elements; expected D = ", D);
+  if (g.present && !(eps > 0.0)) fail(Status::kInvalidArgument, where, "eps = ", eps, " must be > 0");
+  if (tids.present) {
+    if (!types.present) fail(Status::kInvalidArgument, where, "type_ids given without a type_table");
+    if (tids.ndim != p.ndim)
+      fail(Status::kShapeMismatch, where, "type_ids has ", tids.ndim, " dimensions; the plan's ids have ", p.ndim);
+    const kernels::Index ti = tids.ndim == 1 ? kernels::Index{tids.data, tids.dtype, 0, tids.strides[0]}
+                                             : kernels::Index{tids.data, tids.dtype, tids.strides[0], tids.strides[1]};
+    if ((p.ndim == 2 && (tids.shape[0] != p.B || tids.shape[1] != p.T)) || (p.ndim == 1 && tids.shape[0] != p.T))
+      fail(Status::kShapeMismatch, where, "type_ids does not have the shape of the plan's ids");
+    const int64_t ntypes = types.shape[0];
+    for (int64_t bb = 0; bb < p.B; ++bb)
+      for (int64_t t = 0; t < p.T; ++t) {
+        const int64_t v = ti.at(bb, t);
+        if (v < 0 || v >= ntypes)
+          fail(Status::kIdOutOfRange, where, "token type id ", v, " at (b=", bb, ", t=", t, ") is outside [0, ",
+               ntypes, ")");
+      }
+  }
+  for (const View* in : {&tok, &pos, &types, &tids, &g, &bt}) check_no_overlap(where, vout, *in);
+  kernels::TypedGather tg;
+  tg.g.out = out_rows_of(vout);
+  tg.g.tok = rows_of(tok);
+  tg.g.pos = rows_of(pos);
+  tg.g.V = tok.shape[0];
+  tg.g.D = D;
+  tg.g.B = p.B;
+  tg.g.T = p.T;
+  tg.g.ids = kernels::Index::contiguous(p.token_rows.data(), p.T);
+  tg.g.pos_ids = kernels::Index::contiguous(p.positions.data(), p.T);
+  tg.types = rows_of(types);
+  if (tids.present)
+    tg.type_ids = tids.ndim == 1 ? kernels::Index{tids.data, tids.dtype, 0, tids.strides[0]}
+                                 : kernels::Index{tids.data, tids.dtype, tids.strides[0], tids.strides[1]};
+  tg.gamma = g.present ? reinterpret_cast<const float*>(g.data) : nullptr;
+  tg.beta = bt.present ? reinterpret_cast<const float*>(bt.data) : nullptr;
+  tg.eps = eps;
+  if (p.B * p.T == 0 || D == 0) return;
+  if (g.present && (g.strides[0] != 1 || bt.strides[0] != 1) && D > 1)
+    fail(Status::kInvalidArgument, where, "gamma and beta must be contiguous");
+  kernels::active_kernels().compose_typed(tg, detail::exec_for(ctx, false));
+}
+
+// ---- Backward ------------------------------------------------------------------
+
+void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table, const DLTensor& d_out,
+                      const DLTensor& ids, const DLTensor* position_ids, int64_t start, const LookupOptions& o,
+                      Context* ctx) {
+  const char* where = where_of(o, kBackward);
+  const Batch b = check_batch(where, &ids, position_ids);
+  const Grads g = check_grads(where, d_token_table, d_pos_table, d_out);
+  check_rows_shape(where, g.d_out, b);
+  for (const View* in : {&b.ids, &b.pos_ids}) {
+    check_no_overlap(where, g.d_tok, *in);
+    check_no_overlap(where, g.d_pos, *in);
+  }
+  check_start(where, b, start);
+  const int64_t V = g.d_tok.present ? g.d_tok.shape[0] : -1;
+  if (g.d_tok.present) {
+    check_padding(where, o.padding_idx, V);
+    check_ids(where, b, V, o.unk_id);
+  }
+  if (g.d_pos.present) check_positions(where, b, start, g.d_pos.shape[0], "d_pos_table");
+  if (b.B * b.T == 0 || (!g.d_tok.present && !g.d_pos.present)) return;
+  const auto plan = make_plan(where, b, V, start, o);
+  run_backward(g, *plan, ctx);
+}
+
+void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table, const DLTensor& d_out,
+                      const RowPlan& plan, Context* ctx) {
+  const char* where = kBackward;
+  const RowPlan::Impl& p = plan.impl();
+  const Grads g = check_grads(where, d_token_table, d_pos_table, d_out);
+  check_plan_rows(where, g.d_out, p);
+  if (g.d_tok.present) check_plan_vocab(where, g.d_tok, p);
+  if (g.d_pos.present) check_plan_table(where, p, g.d_pos.shape[0], "d_pos_table");
+  run_backward(g, p, ctx);
+}
+
+void token_gradient_rows(const DLTensor& values, const DLTensor& d_out, const RowPlan& plan, Context* ctx) {
+  const char* where = "tokpos::ops::token_gradient_rows";
+  const RowPlan::Impl& p = plan.impl();
+  const View vals = check_tensor(where, "values", &values, Role::kGradient, {2});
+  const View dout = check_tensor(where, "d_out", &d_out, Role::kGradIn, {2, 3});
+  check_plan_rows(where, dout, p);
+  if (!p.has_tokens) fail(Status::kInvalidArgument, where, "the plan was made without token rows");
+  const int64_t D = dout.last();
+  const auto U = static_cast<int64_t>(p.token_groups.rows.size());
+  if (vals.shape[0] != U || vals.shape[1] != D)
+    fail(Status::kShapeMismatch, where, "values has shape (", vals.shape[0], ", ", vals.shape[1],
+         "); the plan touches U = ", U, " rows of D = ", D);
+  check_no_overlap(where, vals, dout);
+  if (U == 0 || D == 0) return;
+  // The same scatter into a zeroed (U, D): row u stands for touched row u.
+  auto compact = allocating(where, "the sparse plan", [&] {
+    struct Compact {
+      std::vector<int64_t> rows;
+      kernels::RowGroups groups;
+    } c;
+    c.rows.resize(p.grad_rows.size());
+    for (size_t i = 0; i < c.rows.size(); ++i) {
+      const int64_t r = p.grad_rows[i];
+      c.rows[i] = r < 0 ? -1
+                        : std::lower_bound(p.token_groups.rows.begin(), p.token_groups.rows.end(), r) -
+                              p.token_groups.rows.begin();
+    }
+    c.groups = p.token_groups;
+    for (auto& r : c.groups.rows)
+      r = std::lower_bound(p.token_groups.rows.begin(), p.token_groups.rows.end(), r) - p.token_groups.rows.begin();
+    return c;
+  });
+  auto* out = reinterpret_cast<float*>(vals.data);
+  for (int64_t u = 0; u < U; ++u) std::fill_n(out + u * vals.strides[0], D, 0.0f);
+  const kernels::GradTarget a{out, vals.strides[0], compact.rows.data(), &compact.groups, U};
+  Context local;
+  Context* c = ctx != nullptr ? ctx : &local;
+  allocating(where, "the backward's workspace", [&] {
+    kernels::active_kernels().index_add_rows(a, {}, source_of(dout, p.B, p.T, D), detail::exec_for(c, true));
+    return 0;
+  });
+}
+
+}  // namespace tokpos::ops

@@ -1,0 +1,19 @@
+// Private to the ops layer: what a Context holds, and the kernels' view of it.
+#pragma once
+
+#include "kernels/kernels.h"
+#include "tokpos/ops.h"
+
+namespace tokpos {
+
+struct Context::Scratch {
+  kernels::Workspace ws;
+};
+
+namespace ops::detail {
+// The kernels' Exec for a call: ctx's settings (or the process defaults),
+// and its workspace when the call may keep scratch there.
+kernels::Exec exec_for(const Context* ctx, bool with_scratch);
+}  // namespace ops::detail
+
+}  // namespace tokpos

@@ -1,0 +1,49 @@
+// Private to the ops layer: a DLTensor checked once and turned into a typed
+// view with element strides, plus the checks that relate tensors to each
+// other (shapes, overlap).
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "tokpos/dtype.h"
+
+namespace tokpos::ops::detail {
+
+// What a tensor may hold in its role.
+enum class Role {
+  kIndex,     // ids, positions: int32 or int64
+  kTable,     // a table read by a forward: f32, bf16 or f16
+  kOutput,    // a forward output: f32, bf16 or f16; may not overlap itself
+  kGradient,  // a backward output: f32 only (bf16/f16 are kUnimplemented); may not overlap itself
+  kGradIn,    // d_out: f32 only (bf16/f16 are kUnimplemented)
+};
+
+struct View {
+  const char* name = "";
+  char* data = nullptr;  // data + byte_offset
+  DType dtype = DType::kF32;
+  int ndim = 0;
+  int64_t shape[3]{};
+  int64_t strides[3]{};  // in elements
+  int64_t numel = 0;
+  uintptr_t lo = 0, hi = 0;  // the bytes the view can touch: [lo, hi); empty when numel == 0
+  bool present = false;      // false for an optional tensor that was NULL
+  int64_t rows() const { return shape[0]; }
+  int64_t last() const { return shape[ndim - 1]; }
+};
+
+// Checks t (NULL: Error(kNullPointer), unless optional, then an absent
+// view) and returns its view. ndim must be one of `ndims`.
+View check_tensor(const char* where, const char* name, const DLTensor* t, Role role,
+                  std::initializer_list<int> ndims, bool optional = false);
+
+// Error(kInvalidArgument) if the bytes of a and b intersect (both present).
+void check_no_overlap(const char* where, const View& a, const View& b);
+
+// Error(kShapeMismatch) unless a.shape[0..n) == b.shape[0..n).
+void check_leading_shape(const char* where, const View& a, const View& b, int n);
+
+}  // namespace tokpos::ops::detail
