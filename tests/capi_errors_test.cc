@@ -27,6 +27,14 @@ TEST(CApi, StatusStrings) {
   EXPECT_STREQ(tokpos_status_string(TOKPOS_OK), "TOKPOS_OK");
   EXPECT_STREQ(tokpos_status_string(TOKPOS_ID_OUT_OF_RANGE), "TOKPOS_ID_OUT_OF_RANGE");
   EXPECT_STREQ(tokpos_status_string(TOKPOS_INTERNAL), "TOKPOS_INTERNAL");
+  EXPECT_STREQ(tokpos_status_string(TOKPOS_UNIMPLEMENTED), "TOKPOS_UNIMPLEMENTED");
+  EXPECT_STREQ(tokpos_status_string(TOKPOS_IO_ERROR), "TOKPOS_IO_ERROR");
+  EXPECT_STREQ(tokpos_status_string(TOKPOS_CORRUPT_FILE), "TOKPOS_CORRUPT_FILE");
+  EXPECT_STREQ(tokpos_status_string(static_cast<tokpos_status>(9)), "TOKPOS_UNIMPLEMENTED");
+  EXPECT_STREQ(tokpos_status_string(static_cast<tokpos_status>(10)), "TOKPOS_IO_ERROR");
+  EXPECT_STREQ(tokpos_status_string(static_cast<tokpos_status>(11)), "TOKPOS_CORRUPT_FILE");
+  EXPECT_STREQ(tokpos_status_string(static_cast<tokpos_status>(12)), "TOKPOS_UNKNOWN_STATUS");
+  EXPECT_STREQ(tokpos_status_string(static_cast<tokpos_status>(-1)), "TOKPOS_UNKNOWN_STATUS");
   EXPECT_STREQ(tokpos_status_string(static_cast<tokpos_status>(99)), "TOKPOS_UNKNOWN_STATUS");
   EXPECT_STREQ(tokpos_version(), "0.1.0");
 }

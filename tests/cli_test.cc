@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -187,6 +188,7 @@ TEST(Cli, TableRejectsBadArguments) {
   };
   for (const Case& c :
        {Case{"table --dim 8 --context 4 --out /nonexistent-dir/t.npy", "cannot write /nonexistent-dir/t.npy"},
+        Case{"table --dim 8 --context 4 --out /nonexistent-dir/t.npy", std::strerror(ENOENT)},
         Case{"table --dim 8 --context 4 --out " + ::testing::TempDir(), "cannot"},
         Case{"table --dim 8 --context 4", "--out"},
         Case{"table --layout sideways --dim 8 --context 4 --out x.npy", "--layout"},
@@ -228,6 +230,9 @@ TEST(Cli, EmbedRejectsBadInput) {
   for (const Case& c :
        {Case{"embed --preset bert --ids 1" + std::string(" --weights ") + data("truncated.safetensors"),
              "outside the data area"},
+        Case{"embed --preset bert --ids 1 --weights /nonexistent-dir/w.safetensors",
+             "cannot open /nonexistent-dir/w.safetensors"},
+        Case{"embed --preset bert --ids 1 --weights /nonexistent-dir/w.safetensors", std::strerror(ENOENT)},
         Case{"embed --preset gpt2 --ids 1" + bert, "missing tensor 'wte.weight'"},
         Case{"embed --preset bert --ids 1,x" + bert, "'x' is not an integer"},
         Case{"embed --preset bert --ids '1,2;3'" + bert, "row 1 has 1 values"},

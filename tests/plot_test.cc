@@ -137,17 +137,19 @@ TEST(PlotErrors, BadOutIsAClearError) {
   const std::string file = ::testing::TempDir() + "tokpos_not_a_dir";
   std::ofstream(file) << "x";
   std::ostringstream log;
-  auto expect = [&](const std::string& out, const char* piece) {
+  auto expect = [&](const std::string& out, const char* piece, tokpos::Status status) {
     try {
       tokpos::plot::make_plots({.dim = 8, .context = 8, .out = out}, log);
       ADD_FAILURE() << out << ": no error";
     } catch (const tokpos::Error& e) {
       EXPECT_NE(std::string(e.what()).find(piece), std::string::npos) << e.what();
+      EXPECT_EQ(e.status(), status) << e.what();
     }
   };
-  expect(file, "is a file, not a directory");
-  expect(file + "/sub", "cannot create --out directory");
-  expect("/proc/tokpos-cannot-be-here", "cannot create --out directory");
+  // A file named as --out is the caller's mistake; a directory the OS will not create is an I/O error.
+  expect(file, "is a file, not a directory", tokpos::Status::kInvalidArgument);
+  expect(file + "/sub", "cannot create --out directory", tokpos::Status::kIoError);
+  expect("/proc/tokpos-cannot-be-here", "cannot create --out directory", tokpos::Status::kIoError);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -26,11 +27,27 @@ std::string scratch(const std::string& name) {
   return ::testing::TempDir() + name;
 }
 
+// Runs f, which must throw tokpos::Error with `status` and every piece in its message.
+template <typename F>
+void expect_error(F&& f, tokpos::Status status, std::initializer_list<std::string> pieces) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const tokpos::Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    for (const auto& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+// A damaged file is kCorruptFile, and the message names the file and what is wrong.
 void expect_open_error(const std::string& file, std::initializer_list<std::string> pieces) {
+  SCOPED_TRACE(file);
   try {
     tokpos::SafetensorsFile::open(data(file));
     ADD_FAILURE() << file << ": no error";
   } catch (const tokpos::Error& e) {
+    EXPECT_EQ(e.status(), tokpos::Status::kCorruptFile) << e.what();
+    EXPECT_NE(std::string(e.what()).find(data(file)), std::string::npos) << e.what();
     for (const auto& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
   }
 }
@@ -44,12 +61,38 @@ TEST(Safetensors, EveryKindOfDamageHasANamedError) {
   expect_open_error("overlap.safetensors", {"overlap"});
   expect_open_error("duplicate_name.safetensors", {"'w' appears twice"});
   expect_open_error("not_json.safetensors", {"not valid JSON"});
-  try {
-    tokpos::SafetensorsFile::open(data("no-such-file.safetensors"));
-    FAIL();
-  } catch (const tokpos::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos);
-  }
+}
+
+// Crafted here rather than kept as files: the header is the given text.
+TEST(Safetensors, MalformedHeadersAreCorruptFiles) {
+  const auto path = scratch("crafted.safetensors");
+  auto craft = [&](const std::string& header, size_t data_bytes) {
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    std::ofstream(path, std::ios::binary) << len << header << std::string(data_bytes, '\0');
+  };
+  auto open = [&] { tokpos::SafetensorsFile::open(path); };
+  craft("[1, 2]", 0);
+  expect_error(open, tokpos::Status::kCorruptFile, {path, "not a JSON object"});
+  craft(R"({"w": {"dtype": "F32", "shape": [2]}})", 8);
+  expect_error(open, tokpos::Status::kCorruptFile, {"tensor 'w' needs dtype"});
+  craft(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8);
+  expect_error(open, tokpos::Status::kCorruptFile, {"tensor 'w' has a bad shape entry"});
+  craft(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]}})", 8);
+  expect_error(open, tokpos::Status::kCorruptFile, {"tensor 'w' shape overflows"});
+  craft(R"({"__metadata__": {"n": 3}})", 0);
+  expect_error(open, tokpos::Status::kCorruptFile, {"metadata 'n' is not a string"});
+}
+
+// A file that cannot be opened is an I/O error naming the path and errno's text.
+TEST(Safetensors, UnreadableFilesAreIoErrors) {
+  const auto missing = data("no-such-file.safetensors");
+  expect_error([&] { tokpos::SafetensorsFile::open(missing); }, tokpos::Status::kIoError,
+               {"safetensors: cannot open " + missing, std::strerror(ENOENT)});
+  const auto dir = scratch("a_directory.safetensors");
+  ::mkdir(dir.c_str(), 0755);
+  expect_error([&] { tokpos::SafetensorsFile::open(dir); }, tokpos::Status::kIoError,
+               {"cannot open " + dir, std::strerror(EISDIR)});
 }
 
 TEST(Safetensors, RoundTripAllDtypesAndZeroCopyViews) {
@@ -72,17 +115,14 @@ TEST(Safetensors, RoundTripAllDtypesAndZeroCopyViews) {
   EXPECT_EQ(std::vector<float>(view.begin(), view.end()), f);
   EXPECT_EQ(file.read_f32("a.f16"), (std::vector<float>{1.0f, -2.0f}));
   EXPECT_EQ(file.read_f32("c.bf16"), (std::vector<float>{1.0f, 3.0f}));
-  EXPECT_THROW(file.read_f32("d.ids"), tokpos::Error);  // tables must be float types
-  EXPECT_THROW(file.view_f32("a.f16"), tokpos::Error);
+  // Asking a good file for what it does not hold is the caller's error, not a damaged file.
+  expect_error([&] { file.read_f32("d.ids"); }, tokpos::Status::kInvalidArgument,
+               {"tables must be F32, F16 or BF16"});
+  expect_error([&] { file.view_f32("a.f16"); }, tokpos::Status::kInvalidArgument, {"is F16, not F32"});
   // Zero-copy: the view points into the mapped bytes.
   EXPECT_EQ(static_cast<const void*>(view.data()), static_cast<const void*>(file.bytes("b.f32").data()));
   // Reading a missing tensor names it.
-  try {
-    file.info("missing");
-    FAIL();
-  } catch (const tokpos::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no tensor named 'missing'"), std::string::npos);
-  }
+  expect_error([&] { file.info("missing"); }, tokpos::Status::kInvalidArgument, {"no tensor named 'missing'"});
 }
 
 TEST(Safetensors, FailedWritesLeaveThePreviousFileIntact) {
@@ -90,16 +130,21 @@ TEST(Safetensors, FailedWritesLeaveThePreviousFileIntact) {
   const std::vector<float> v = {1, 2};
   tokpos::write_safetensors(path, {{"x", "F32", {2}, v.data(), 8}});
   // Bad requests fail before touching the file.
-  EXPECT_THROW(tokpos::write_safetensors(path, {{"x", "F32", {3}, v.data(), 8}}), tokpos::Error);
-  EXPECT_THROW(
-      tokpos::write_safetensors(path, {{"x", "F32", {2}, v.data(), 8}, {"x", "F32", {2}, v.data(), 8}}),
-      tokpos::Error);
-  EXPECT_THROW(tokpos::write_safetensors(path, {{"x", "Q7", {2}, v.data(), 8}}), tokpos::Error);
+  expect_error([&] { tokpos::write_safetensors(path, {{"x", "F32", {3}, v.data(), 8}}); },
+               tokpos::Status::kShapeMismatch, {"shape needs 12 bytes, given 8"});
+  expect_error(
+      [&] {
+        tokpos::write_safetensors(path, {{"x", "F32", {2}, v.data(), 8}, {"x", "F32", {2}, v.data(), 8}});
+      },
+      tokpos::Status::kInvalidArgument, {"given twice"});
+  expect_error([&] { tokpos::write_safetensors(path, {{"x", "Q7", {2}, v.data(), 8}}); },
+               tokpos::Status::kInvalidArgument, {"unknown dtype 'Q7'"});
   // A failure during the write itself: the target is a directory, so the rename fails.
   const auto dir = scratch("is_a_dir.safetensors");
   ::mkdir(dir.c_str(), 0755);
   std::ofstream(dir + "/occupied") << "x";
-  EXPECT_THROW(tokpos::write_safetensors(dir, {{"x", "F32", {2}, v.data(), 8}}), tokpos::Error);
+  expect_error([&] { tokpos::write_safetensors(dir, {{"x", "F32", {2}, v.data(), 8}}); },
+               tokpos::Status::kIoError, {"cannot rename", dir});
   const auto file = tokpos::SafetensorsFile::open(path);
   EXPECT_EQ(file.read_f32("x"), v);
 }
@@ -119,24 +164,14 @@ TEST(Presets, Gpt2FromATinyCheckpoint) {
   double want = 0;
   for (int64_t d = 0; d < 4; ++d) want += static_cast<double>(out[d]) * ((8 + d) / 64.0);
   EXPECT_NEAR(logits[2], want, 1e-6);
-  // Missing and mis-shaped tensors are named.
-  try {
-    tokpos::gpt2_from_safetensors(tokpos::SafetensorsFile::open(data("gpt2_bad_width.safetensors")));
-    FAIL();
-  } catch (const tokpos::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'wpe.weight' has shape [3, 3] but the gpt2 preset needs [rows, 4]"),
-              std::string::npos)
-        << e.what();
-  }
-  try {
-    tokpos::bert_from_safetensors(file);
-    FAIL();
-  } catch (const tokpos::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("missing tensor 'embeddings.word_embeddings.weight'"),
-              std::string::npos)
-        << e.what();
-  }
-  EXPECT_THROW(tokpos::gpt2_from_safetensors(file, {{"wte", "nope"}}), tokpos::Error);
+  // Missing and mis-shaped tensors are named: the file is sound, it just does not fit the preset.
+  expect_error(
+      [&] { tokpos::gpt2_from_safetensors(tokpos::SafetensorsFile::open(data("gpt2_bad_width.safetensors"))); },
+      tokpos::Status::kShapeMismatch, {"'wpe.weight' has shape [3, 3] but the gpt2 preset needs [rows, 4]"});
+  expect_error([&] { tokpos::bert_from_safetensors(file); }, tokpos::Status::kInvalidArgument,
+               {"missing tensor 'embeddings.word_embeddings.weight'"});
+  expect_error([&] { tokpos::gpt2_from_safetensors(file, {{"wte", "nope"}}); }, tokpos::Status::kInvalidArgument,
+               {"missing tensor 'nope'"});
 }
 
 TEST(Presets, Gpt2PositionIdsForLeftPaddedBatches) {
@@ -221,8 +256,28 @@ TEST(Checkpoint, SaveAndLoadParametersAndGradients) {
       std::make_unique<tokpos::LearnedPositionalEmbedding>(
           tokpos::LearnedPositionalOptions{.max_context = 10, .dim = 6, .seed = 3}));
   const std::vector<float> before(c.position().table().begin(), c.position().table().end());
-  EXPECT_THROW(tokpos::load_checkpoint(path, c), tokpos::Error);
+  expect_error([&] { tokpos::load_checkpoint(path, c); }, tokpos::Status::kShapeMismatch,
+               {"tensor 'token.weight'", "the model needs 246"});
   EXPECT_TRUE(eq(c.position().table(), before));
+  // A checkpoint without the gradients the caller asks for: a missing tensor.
+  tokpos::save_checkpoint(path, a);
+  expect_error([&] { tokpos::load_checkpoint(path, b, true); }, tokpos::Status::kInvalidArgument,
+               {"missing tensor 'token.grad'"});
+}
+
+// Checkpoints that cannot be written or read, or are damaged: their own
+// statuses, and the model is left as it was.
+TEST(Checkpoint, FileErrorsAreIoErrorsAndCorruptFiles) {
+  tokpos::TokenEmbedding m({.vocab_size = 6, .dim = 2, .seed = 7});
+  const std::vector<float> before(m.table().begin(), m.table().end());
+  const std::string nowhere = "/nonexistent-dir-tokpos/ckpt.safetensors";
+  expect_error([&] { tokpos::save_checkpoint(nowhere, m); }, tokpos::Status::kIoError,
+               {"cannot write " + nowhere, std::strerror(ENOENT)});
+  expect_error([&] { tokpos::load_checkpoint(nowhere, m); }, tokpos::Status::kIoError,
+               {"cannot open " + nowhere, std::strerror(ENOENT)});
+  expect_error([&] { tokpos::load_checkpoint(data("truncated.safetensors"), m); }, tokpos::Status::kCorruptFile,
+               {"outside the data area"});
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), m.table().begin()));
 }
 
 TEST(Checkpoint, SingleModulesToo) {

@@ -40,7 +40,7 @@ void ensure_directory(const std::string& dir) {
     if (pos == dir.size() || dir[pos] == '/') {
       const std::string part = dir.substr(0, pos);
       if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-        throw Error(Status::kInvalidArgument, "tokpos plot: cannot create --out directory '" + part + "': " + std::strerror(errno));
+        throw Error(Status::kIoError, "tokpos plot: cannot create --out directory '" + part + "': " + std::strerror(errno));
       }
     }
   }
