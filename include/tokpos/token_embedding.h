@@ -6,11 +6,14 @@
 #include <span>
 #include <vector>
 
-#include "tokpos/ops.h"
-
 #include "tokpos/export.h"
 
 namespace tokpos {
+
+namespace ops {  // tokpos/ops.h; declared here so this header does not need DLPack
+struct LookupOptions;
+class RowPlan;
+}  // namespace ops
 
 // What to do with a token id outside [0, V).
 struct IdPolicy {

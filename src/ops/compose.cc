@@ -56,7 +56,7 @@ Batch check_batch(const char* where, const DLTensor* ids, const DLTensor* positi
   b.pos_ids = check_tensor(where, "position_ids", position_ids, Role::kIndex, {1, 2}, /*optional=*/true);
   if (b.pos_ids.present) {
     if (b.pos_ids.ndim != b.ids.ndim)
-      fail(Status::kShapeMismatch, where, "position_ids has ", b.pos_ids.ndim, " dimensions but ids has ",
+      fail(Status::kInvalidArgument, where, "position_ids has ", b.pos_ids.ndim, " dimensions but ids has ",
            b.ids.ndim);
     check_leading_shape(where, b.pos_ids, b.ids, b.ids.ndim);
   }
@@ -66,7 +66,7 @@ Batch check_batch(const char* where, const DLTensor* ids, const DLTensor* positi
 // out or d_out: (B, T, D) for 2-D ids, (N, D) for 1-D.
 void check_rows_shape(const char* where, const View& rows, const Batch& b) {
   if (rows.ndim != b.ids.ndim + 1)
-    fail(Status::kShapeMismatch, where, rows.name, " has ", rows.ndim, " dimensions; with ", b.ids.ndim,
+    fail(Status::kInvalidArgument, where, rows.name, " has ", rows.ndim, " dimensions; with ", b.ids.ndim,
          "-D ids it must have ", b.ids.ndim + 1);
   check_leading_shape(where, rows, b.ids, b.ids.ndim);
 }
@@ -202,7 +202,7 @@ void check_plan_table(const char* where, const RowPlan::Impl& p, int64_t L, cons
 void check_plan_rows(const char* where, const View& rows, const RowPlan::Impl& p) {
   const int want = p.ndim + 1;
   if (rows.ndim != want)
-    fail(Status::kShapeMismatch, where, rows.name, " has ", rows.ndim, " dimensions; the plan's ", p.ndim,
+    fail(Status::kInvalidArgument, where, rows.name, " has ", rows.ndim, " dimensions; the plan's ", p.ndim,
          "-D ids need ", want);
   const bool match = p.ndim == 2 ? (rows.shape[0] == p.B && rows.shape[1] == p.T) : rows.shape[0] == p.T;
   if (!match)

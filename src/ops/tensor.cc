@@ -105,16 +105,14 @@ View check_tensor(const char* where, const char* name, const DLTensor* t, Role r
   }
   DType d{};
   if (!to_dtype(t->dtype, &d) || !role_accepts(role, d)) {
-    const bool half_gradient = (role == Role::kGradient || role == Role::kGradIn) && to_dtype(t->dtype, &d) &&
-                               (d == DType::kBF16 || d == DType::kF16);
-    fail(half_gradient ? Status::kUnimplemented : Status::kInvalidArgument, where, name, " has dtype ",
-         dl_dtype_string(t->dtype), "; expected ", role_types(role));
+    fail(Status::kUnimplemented, where, name, " has dtype ", dl_dtype_string(t->dtype), "; expected ",
+         role_types(role));
   }
   v.dtype = d;
   if (std::find(ndims.begin(), ndims.end(), t->ndim) == ndims.end()) {
     std::ostringstream want;
     for (auto it = ndims.begin(); it != ndims.end(); ++it) want << (it == ndims.begin() ? "" : " or ") << *it;
-    fail(Status::kShapeMismatch, where, name, " has ", t->ndim, " dimensions; expected ", want.str());
+    fail(Status::kInvalidArgument, where, name, " has ", t->ndim, " dimensions; expected ", want.str());
   }
   v.ndim = t->ndim;
   if (t->shape == nullptr) fail(Status::kNullPointer, where, name, "'s shape is NULL");
@@ -146,11 +144,12 @@ View check_tensor(const char* where, const char* name, const DLTensor* t, Role r
         fail(Status::kInvalidArgument, where, name, " stride ", i, " is ", v.strides[i],
              "; negative strides are not supported");
     }
-    if (v.ndim > 0 && v.shape[v.ndim - 1] > 1 && v.strides[v.ndim - 1] != 1)
+    // Rows (the D dimension) must be contiguous; index tensors have no D.
+    if (role != Role::kIndex && v.ndim > 0 && v.shape[v.ndim - 1] > 1 && v.strides[v.ndim - 1] != 1)
       fail(Status::kInvalidArgument, where, name, " has innermost stride ", v.strides[v.ndim - 1],
            "; it must be 1 (rows contiguous)");
   }
-  if (v.ndim > 0 && v.shape[v.ndim - 1] <= 1) v.strides[v.ndim - 1] = 1;
+  if (role != Role::kIndex && v.ndim > 0 && v.shape[v.ndim - 1] <= 1) v.strides[v.ndim - 1] = 1;
   if (numel == 0) return v;  // nothing is read or written: data may be anything, even NULL
   if (t->data == nullptr)
     fail(Status::kNullPointer, where, name, " is NULL (its data, with shape ", shape_string(*t), ")");
