@@ -1,0 +1,18 @@
+# Builds one layering probe and checks the outcome (see CMakeLists.txt).
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target ${TARGET}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(log "${out}${err}")
+if(EXPECT STREQUAL "compiles")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${TARGET}: including ${HEADER} should compile in this layer:\n${log}")
+  endif()
+else()
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "${TARGET}: including ${HEADER} compiled, but the layering forbids it")
+  endif()
+  string(FIND "${log}" "${MISSING}: No such file" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${TARGET}: failed, but not because ${MISSING} is out of reach:\n${log}")
+  endif()
+endif()
+message(STATUS "${TARGET}: ${HEADER} ${EXPECT}, as the layering says")
