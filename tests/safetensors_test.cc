@@ -220,14 +220,26 @@ TEST(Presets, TypedKernelMatchesReferenceAcrossThreads) {
              types = tokpos::testing::noise(2 * D, 3), gamma = tokpos::testing::noise(D, 4),
              beta = tokpos::testing::noise(D, 5);
   const auto ids = tokpos::testing::ids_mod(N, V, 6), tids = tokpos::testing::ids_mod(N, 2, 7);
+  namespace kn = tokpos::kernels;
+  using tokpos::DType;
   std::vector<float> a(N * D), b(N * D);
-  tokpos::kernels::reference_kernels().compose_typed(a.data(), ids.data(), tok.data(), V, 0, tids.data(),
-                                                     types.data(), pos.data(), nullptr, 0, gamma.data(),
-                                                     beta.data(), 1e-5, B, T, D);
-  tokpos::kernels::cpu_kernels().compose_typed(b.data(), ids.data(), tok.data(), V, 0, tids.data(),
-                                               types.data(), pos.data(), nullptr, 0, gamma.data(),
-                                               beta.data(), 1e-5, B, T, D);
-  EXPECT_TRUE(tokpos::testing::bitwise_equal(a, b));
+  kn::TypedGather tg;
+  tg.g.out = {a.data(), DType::kF32, T * D, D};
+  tg.g.ids = kn::Index::contiguous(ids.data(), T);
+  tg.g.V = V, tg.g.unk_id = 0;
+  tg.g.tok = {tok.data(), DType::kF32, D};
+  tg.g.pos = {pos.data(), DType::kF32, D};
+  tg.g.B = B, tg.g.T = T, tg.g.D = D;
+  tg.type_ids = kn::Index::contiguous(tids.data(), T);
+  tg.types = {types.data(), DType::kF32, D};
+  tg.gamma = gamma.data(), tg.beta = beta.data(), tg.eps = 1e-5;
+  kn::reference_kernels().compose_typed(tg, kn::Exec{});
+  tg.g.out.data = b.data();
+  for (const int threads : {1, 4}) {
+    std::fill(b.begin(), b.end(), -1.0f);
+    kn::cpu_kernels().compose_typed(tg, {.threads = threads});
+    EXPECT_TRUE(tokpos::testing::bitwise_equal(a, b)) << threads << " threads";
+  }
 }
 
 TEST(Checkpoint, SaveAndLoadParametersAndGradients) {
