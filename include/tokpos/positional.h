@@ -5,9 +5,14 @@
 // (BeyondTable); the default is an error that names T, the start offset and L.
 // Tables are immutable after construction, never resized inside forward, so
 // concurrent readers are safe; rows a policy computes live only in the call.
+//
+// A learned table is owned by the module or borrowed (LearnedPositionalEmbedding::
+// borrow): memory it does not own, such as a mapped .safetensors tensor, used
+// with no copy and read-only. A sinusoidal table always owns its computed rows.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,7 +48,12 @@ class TOKPOS_API PositionalEmbedding {
 
   int64_t max_context() const { return L_; }
   int64_t dim() const { return D_; }
-  std::span<const float> table() const { return table_; }  // (L, D) row-major
+  // (L, D) row-major: the module's own buffer, or the borrowed memory.
+  std::span<const float> table() const {
+    return {data_, borrowed_ ? static_cast<size_t>(L_ * D_) : owned_.size()};
+  }
+  // True if the table is borrowed memory, false if the module owns it.
+  bool borrowed() const { return borrowed_; }
 
   virtual const char* kind() const = 0;        // "learned" or "sinusoidal"
   virtual int64_t num_parameters() const = 0;  // L*D or 0
@@ -91,12 +101,32 @@ class TOKPOS_API PositionalEmbedding {
   }
 
  protected:
-  PositionalEmbedding(int64_t L, int64_t D, BeyondTable beyond, const char* what);
+  // Allocates an owned, zeroed (L, D) table; with `borrowed`, checks its size
+  // and points at it instead (no allocation), holding keep_alive.
+  PositionalEmbedding(int64_t L, int64_t D, BeyondTable beyond, const char* what,
+                      std::optional<std::span<const float>> borrowed = std::nullopt,
+                      std::shared_ptr<const void> keep_alive = {});
+  // A copy of an owning module copies the table; a copy of a borrowing module
+  // borrows the same memory and shares keep_alive. Moves keep table() valid.
+  PositionalEmbedding(const PositionalEmbedding& other);
+  PositionalEmbedding(PositionalEmbedding&& other) noexcept;
+  PositionalEmbedding& operator=(const PositionalEmbedding& other);
+  PositionalEmbedding& operator=(PositionalEmbedding&& other) noexcept;
   // Largest position the policy accepts, plus one.
   virtual int64_t position_limit() const;
+  // The owned table, for filling at construction and for mutable access.
+  // Error(kInvalidArgument) naming `what` if the table is borrowed (read-only).
+  std::span<float> owned_table(const char* what);
+  // Copies a borrowed table into an owned buffer; a no-op on an owned table.
+  void own_table();
   int64_t L_ = 0, D_ = 0;
   BeyondTable beyond_ = BeyondTable::kError;
-  std::vector<float> table_;
+
+ private:
+  std::vector<float> owned_;                // the table when owned; empty when borrowed
+  const float* data_ = nullptr;             // the table: owned_.data() or the borrowed memory
+  std::shared_ptr<const void> keep_alive_;  // holds borrowed memory alive, if the borrower gave one
+  bool borrowed_ = false;
 };
 
 struct LearnedPositionalOptions {
@@ -112,11 +142,26 @@ class TOKPOS_API LearnedPositionalEmbedding final : public PositionalEmbedding {
  public:
   explicit LearnedPositionalEmbedding(const LearnedPositionalOptions& options);
 
+  // Borrows an existing (L, D) table with no copy: table() points at
+  // table.data(); table.size() must equal L*D (seed and init_std are ignored).
+  // The memory must outlive the module (and its copies) unless keep_alive
+  // owns it: the module holds keep_alive until it is destroyed. The table is
+  // read-only (mutable_table throws; make_owned copies it); forward and
+  // backward work as on an owned table, with the gradient owned by the module.
+  static LearnedPositionalEmbedding borrow(std::span<const float> table,
+                                           const LearnedPositionalOptions& options,
+                                           std::shared_ptr<const void> keep_alive = {});
+
   const char* kind() const override { return "learned"; }
   int64_t num_parameters() const override { return L_ * D_; }
   bool has_gradient() const override { return true; }
 
-  std::span<float> mutable_table() { return table_; }
+  // For loaders and optimisers. Error(kInvalidArgument) if the table is
+  // borrowed (read-only); make_owned() first to get a writable copy.
+  std::span<float> mutable_table();
+  // Copies a borrowed table into a buffer the module owns (and drops
+  // keep_alive), so it becomes writable; a no-op on an owned table.
+  void make_owned() { own_table(); }
   std::span<const float> grad() const override { return grad_; }
   std::span<float> ensure_grad() override;
   void zero_grad() override;
@@ -131,6 +176,9 @@ class TOKPOS_API LearnedPositionalEmbedding final : public PositionalEmbedding {
   int64_t interpolate_to() const { return interpolate_to_; }
 
  private:
+  LearnedPositionalEmbedding(const LearnedPositionalOptions& options,
+                             std::optional<std::span<const float>> borrowed,
+                             std::shared_ptr<const void> keep_alive, const char* what);
   int64_t position_limit() const override;
   // Position Interpolation: the two rows and weights position p reads.
   void interpolation(int64_t p, int64_t* i0, int64_t* i1, double* w1) const;

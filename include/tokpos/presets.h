@@ -1,5 +1,12 @@
 // tokpos/presets.h: the input stages of real architectures, loaded from
 // .safetensors checkpoints with the names those checkpoints use.
+//
+// F32 tables are borrowed from the mapped file with no copy (table() points
+// into the mapping); the modules hold the mapping alive, so the
+// SafetensorsFile passed in may be destroyed before them. F16 and BF16 tables
+// are widened into buffers the modules own. Borrowed tables are read-only
+// and not frozen: backward fills the modules' own gradients; make_owned()
+// gives a writable copy for an optimiser. LayerNorm weights are copied.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +29,7 @@ namespace tokpos {
 using NameMap = std::map<std::string, std::string>;
 
 // GPT-2: wte (V, D) + wpe (L, D); the LM head is tied to wte
-// (TokenEmbedding::logits / logits_backward). Tables are copied from the file.
+// (TokenEmbedding::logits / logits_backward). F32 tables are borrowed (above).
 TOKPOS_API EmbeddingComposer gpt2_from_safetensors(const SafetensorsFile& file,
                                                    const NameMap& overrides = {});
 

@@ -1,7 +1,13 @@
 // tokpos/token_embedding.h: the (V, D) token lookup table.
+//
+// A module owns its table (the constructor, from_pretrained) or borrows one
+// (borrow): a view of memory it does not own, such as an F32 tensor of a
+// mapped .safetensors file or a caller's buffer, used with no copy. A
+// borrowed table is read-only; the gradient is always the module's own.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -46,10 +52,30 @@ class TOKPOS_API TokenEmbedding {
   static TokenEmbedding from_pretrained(std::vector<float> table, const TokenEmbeddingOptions& options,
                                         bool frozen = true);
 
+  // Borrows an existing (V, D) table with no copy: table() points at
+  // table.data(). Checks as from_pretrained. The memory must outlive the
+  // module (and its copies) unless keep_alive owns it: the module holds
+  // keep_alive until it is destroyed. The table is read-only (mutable_table
+  // throws; make_owned copies it); forward, logits and, unless frozen,
+  // backward work as on an owned table, with the gradient owned by the module.
+  // padding_idx's row is kept as given (not zeroed), as in from_pretrained.
+  static TokenEmbedding borrow(std::span<const float> table, const TokenEmbeddingOptions& options,
+                               bool frozen = true, std::shared_ptr<const void> keep_alive = {});
+
+  // A copy of an owning module copies the table; a copy of a borrowing module
+  // borrows the same memory and shares keep_alive. Moves keep table() valid.
+  TokenEmbedding(const TokenEmbedding& other);
+  TokenEmbedding(TokenEmbedding&& other) noexcept;
+  TokenEmbedding& operator=(const TokenEmbedding& other);
+  TokenEmbedding& operator=(TokenEmbedding&& other) noexcept;
+  ~TokenEmbedding() = default;
+
   int64_t vocab_size() const { return V_; }
   int64_t dim() const { return D_; }
   std::optional<int64_t> padding_idx() const { return padding_idx_; }
   // Sets (and zeroes that row, as at construction) or clears the padding row.
+  // On a borrowed table the row is recorded (it gets no gradient) but kept as
+  // given, not zeroed: the memory is read-only (as from_pretrained keeps it).
   void set_padding_idx(std::optional<int64_t> padding_idx);
   const IdPolicy& id_policy() const { return id_policy_; }
   void set_id_policy(const IdPolicy& policy);
@@ -59,8 +85,18 @@ class TOKPOS_API TokenEmbedding {
   // V*D, whether or not the table is frozen (as PyTorch's numel over parameters).
   int64_t num_parameters() const { return V_ * D_; }
 
-  std::span<const float> table() const { return table_; }  // (V, D) row-major
-  std::span<float> mutable_table() { return table_; }      // for loaders and optimisers
+  // (V, D) row-major: the module's own buffer, or the borrowed memory.
+  std::span<const float> table() const {
+    return {data_, borrowed_ ? static_cast<size_t>(V_ * D_) : owned_.size()};
+  }
+  // For loaders and optimisers. Error(kInvalidArgument) if the table is
+  // borrowed (read-only); make_owned() first to get a writable copy.
+  std::span<float> mutable_table();
+  // True if the table is borrowed memory (borrow), false if the module owns it.
+  bool borrowed() const { return borrowed_; }
+  // Copies a borrowed table into a buffer the module owns (and drops
+  // keep_alive), so it becomes writable; a no-op on an owned table.
+  void make_owned();
 
   // (V, D) gradient; empty until the first backward or ensure_grad().
   std::span<const float> grad() const { return grad_; }
@@ -124,7 +160,10 @@ class TOKPOS_API TokenEmbedding {
                  IdPolicy policy, bool frozen);
 
   int64_t V_ = 0, D_ = 0;
-  std::vector<float> table_;
+  std::vector<float> owned_;                // the table when owned; empty when borrowed
+  const float* data_ = nullptr;             // the table: owned_.data() or the borrowed memory
+  std::shared_ptr<const void> keep_alive_;  // holds borrowed memory alive, if the borrower gave one
+  bool borrowed_ = false;
   std::vector<float> grad_;
   std::optional<int64_t> padding_idx_;
   IdPolicy id_policy_;

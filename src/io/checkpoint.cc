@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "common/check.h"
 #include "tokpos/safetensors.h"
@@ -11,25 +12,37 @@ namespace {
 
 struct Entry {
   std::string name;
-  std::span<const float> data;  // for saving
-  std::span<float> target;      // for loading
+  std::span<const float> data;               // for saving
+  std::function<std::span<float>()> target;  // for loading, asked for only once the file checks out
   std::vector<int64_t> shape;
 };
+
+// A module's table: read in place for saving; for loading, a borrowed
+// (read-only) table is first copied into a buffer the module owns.
+template <typename Module>
+Entry table_entry(const std::string& name, Module& m, std::vector<int64_t> shape) {
+  return {name, m.table(),
+          [&m] {
+            m.make_owned();
+            return m.mutable_table();
+          },
+          std::move(shape)};
+}
 
 // Everything the model holds, as named tensors.
 std::vector<Entry> entries(EmbeddingComposer& m, bool grads) {
   std::vector<Entry> out;
   auto add = [&](const std::string& name, std::span<float> t, std::vector<int64_t> shape) {
-    out.push_back({name, t, t, std::move(shape)});
+    out.push_back({name, t, [t] { return t; }, std::move(shape)});
   };
   const int64_t D = m.dim();
-  add("token.weight", m.token().mutable_table(), {m.token().vocab_size(), D});
+  out.push_back(table_entry("token.weight", m.token(), {m.token().vocab_size(), D}));
   if (auto* learned = dynamic_cast<LearnedPositionalEmbedding*>(&m.position())) {
-    add("position.weight", learned->mutable_table(), {learned->max_context(), D});
+    out.push_back(table_entry("position.weight", *learned, {learned->max_context(), D}));
   }
   if (m.token_types()) {
     auto& t = *m.token_types();
-    add("token_type.weight", t.mutable_table(), {t.vocab_size(), D});
+    out.push_back(table_entry("token_type.weight", t, {t.vocab_size(), D}));
   }
   if (m.layer_norm()) {
     auto& ln = *m.layer_norm();
@@ -49,10 +62,10 @@ template <typename Module>
 std::vector<Entry> module_entries(Module& m, int64_t rows, bool grads) {
   std::vector<Entry> out;
   const std::vector<int64_t> shape = {rows, m.dim()};
-  out.push_back({"weight", m.mutable_table(), m.mutable_table(), shape});
+  out.push_back(table_entry("weight", m, shape));
   if (grads) {
     auto g = m.ensure_grad();
-    out.push_back({"grad", g, g, shape});
+    out.push_back({"grad", g, [g] { return g; }, shape});
   }
   return out;
 }
@@ -77,8 +90,10 @@ void load_entries(const std::string& path, const std::vector<Entry>& list) {
       detail::fail(Status::kInvalidArgument, kWhere, path, ": missing tensor '", e.name, "'");
     const auto& info = file.info(e.name);
     if (info.shape != e.shape) {
+      int64_t want = 1;
+      for (const int64_t n : e.shape) want *= n;
       detail::fail(Status::kShapeMismatch, kWhere, path, ": tensor '", e.name, "' has ", info.shape.size(),
-                   "-d shape with ", info.numel(), " elements; the model needs ", e.target.size());
+                   "-d shape with ", info.numel(), " elements; the model needs ", want);
     }
     if (info.dtype != "F32" && info.dtype != "F16" && info.dtype != "BF16") {
       detail::fail(Status::kInvalidArgument, kWhere, path, ": tensor '", e.name, "' has dtype ", info.dtype);
@@ -86,8 +101,10 @@ void load_entries(const std::string& path, const std::vector<Entry>& list) {
   }
   std::vector<std::vector<float>> values;
   for (const auto& e : list) values.push_back(file.read_f32(e.name));  // may throw: still nothing changed
-  for (size_t k = 0; k < list.size(); ++k)
-    std::copy(values[k].begin(), values[k].end(), list[k].target.begin());
+  // make_owned may still fail to allocate; the values are only written after.
+  std::vector<std::span<float>> targets;
+  for (const auto& e : list) targets.push_back(e.target());
+  for (size_t k = 0; k < list.size(); ++k) std::copy(values[k].begin(), values[k].end(), targets[k].begin());
 }
 
 }  // namespace

@@ -21,12 +21,91 @@ const char* beyond_table_name(BeyondTable policy) {
   return "unknown";
 }
 
-PositionalEmbedding::PositionalEmbedding(int64_t L, int64_t D, BeyondTable beyond, const char* what)
+PositionalEmbedding::PositionalEmbedding(int64_t L, int64_t D, BeyondTable beyond, const char* what,
+                                         std::optional<std::span<const float>> borrowed,
+                                         std::shared_ptr<const void> keep_alive)
     : L_(L), D_(D), beyond_(beyond) {
   detail::check_at_least(what, "max_context", L, 1);
   detail::check_at_least(what, "dim", D, 1);
-  table_ =
-      detail::make_buffer<float>(what, "position table", detail::checked_mul(what, "max_context*dim", L, D));
+  const int64_t n = detail::checked_mul(what, "max_context*dim", L, D);
+  if (!borrowed) {
+    owned_ = detail::make_buffer<float>(what, "position table", n);
+    data_ = owned_.data();
+    return;
+  }
+  detail::check_size(what, "table", borrowed->size(), n);
+  detail::check_not_null(what, "table", borrowed->data());
+  data_ = borrowed->data();
+  keep_alive_ = std::move(keep_alive);
+  borrowed_ = true;
+}
+
+// An owning copy points at its own buffer; a borrowing one at the same memory.
+PositionalEmbedding::PositionalEmbedding(const PositionalEmbedding& o)
+    : L_(o.L_),
+      D_(o.D_),
+      beyond_(o.beyond_),
+      owned_(o.owned_),
+      data_(o.borrowed_ ? o.data_ : owned_.data()),
+      keep_alive_(o.keep_alive_),
+      borrowed_(o.borrowed_) {}
+
+PositionalEmbedding::PositionalEmbedding(PositionalEmbedding&& o) noexcept
+    : L_(o.L_),
+      D_(o.D_),
+      beyond_(o.beyond_),
+      owned_(std::move(o.owned_)),
+      data_(o.borrowed_ ? o.data_ : owned_.data()),
+      keep_alive_(std::move(o.keep_alive_)),
+      borrowed_(o.borrowed_) {
+  o.data_ = o.owned_.data();  // the moved-from module is left empty, not dangling
+  o.borrowed_ = false;
+}
+
+PositionalEmbedding& PositionalEmbedding::operator=(const PositionalEmbedding& o) {
+  if (this == &o) return *this;
+  std::vector<float> copy = o.owned_;  // may throw: nothing has changed yet
+  L_ = o.L_;
+  D_ = o.D_;
+  beyond_ = o.beyond_;
+  owned_ = std::move(copy);
+  borrowed_ = o.borrowed_;
+  data_ = borrowed_ ? o.data_ : owned_.data();
+  keep_alive_ = o.keep_alive_;
+  return *this;
+}
+
+PositionalEmbedding& PositionalEmbedding::operator=(PositionalEmbedding&& o) noexcept {
+  if (this == &o) return *this;
+  L_ = o.L_;
+  D_ = o.D_;
+  beyond_ = o.beyond_;
+  owned_ = std::move(o.owned_);
+  borrowed_ = o.borrowed_;
+  data_ = borrowed_ ? o.data_ : owned_.data();
+  keep_alive_ = std::move(o.keep_alive_);
+  o.owned_.clear();
+  o.data_ = o.owned_.data();
+  o.borrowed_ = false;
+  return *this;
+}
+
+std::span<float> PositionalEmbedding::owned_table(const char* what) {
+  if (borrowed_) {
+    detail::fail(Status::kInvalidArgument, what,
+                 "the table is borrowed (read-only); call make_owned() for a writable copy");
+  }
+  return owned_;
+}
+
+void PositionalEmbedding::own_table() {
+  if (!borrowed_) return;
+  auto copy = detail::make_buffer<float>("PositionalEmbedding::make_owned", "position table", L_ * D_);
+  std::copy_n(data_, L_ * D_, copy.begin());
+  owned_ = std::move(copy);
+  data_ = owned_.data();
+  keep_alive_.reset();
+  borrowed_ = false;
 }
 
 int64_t PositionalEmbedding::position_limit() const {
@@ -76,7 +155,7 @@ std::vector<float> PositionalEmbedding::rows_for(std::span<const int64_t> positi
                                         static_cast<int64_t>(positions.size()) * D_);
   for (size_t r = 0; r < positions.size(); ++r) {
     const int64_t p = std::min(positions[r], L_ - 1);
-    std::copy_n(table_.begin() + p * D_, D_, out.begin() + static_cast<int64_t>(r) * D_);
+    std::copy_n(data_ + p * D_, D_, out.begin() + static_cast<int64_t>(r) * D_);
   }
   return out;
 }
@@ -87,7 +166,7 @@ void PositionalEmbedding::forward(std::span<float> out, int64_t T, int64_t start
   detail::check_size(kWhere, "out", out.size(), detail::checked_mul(kWhere, "T*D", T, D_));
   if (T == 0) return;
   if (!needs_rows(start, start + T)) {
-    std::copy_n(table_.begin() + start * D_, T * D_, out.begin());
+    std::copy_n(data_ + start * D_, T * D_, out.begin());
     return;
   }
   std::vector<int64_t> positions(static_cast<size_t>(T));
@@ -107,12 +186,27 @@ std::vector<float> PositionalEmbedding::forward(int64_t T, int64_t start) const 
 // ---- learned ----------------------------------------------------------------
 
 LearnedPositionalEmbedding::LearnedPositionalEmbedding(const LearnedPositionalOptions& o)
-    : PositionalEmbedding(o.max_context, o.dim, o.beyond, "LearnedPositionalEmbedding"),
-      interpolate_to_(o.interpolate_to) {
+    : LearnedPositionalEmbedding(o, std::nullopt, {}, "LearnedPositionalEmbedding") {
   constexpr const char* kWhere = "LearnedPositionalEmbedding";
   if (!(o.init_std >= 0.0) || !std::isfinite(o.init_std)) {
     detail::fail(Status::kInvalidArgument, kWhere, "init_std = ", o.init_std, " must be finite and >= 0");
   }
+  fill_normal(owned_table(kWhere), o.seed, kPositionTableStream, 0.0, o.init_std);
+}
+
+LearnedPositionalEmbedding LearnedPositionalEmbedding::borrow(std::span<const float> table,
+                                                              const LearnedPositionalOptions& o,
+                                                              std::shared_ptr<const void> keep_alive) {
+  return LearnedPositionalEmbedding(o, table, std::move(keep_alive), "LearnedPositionalEmbedding::borrow");
+}
+
+// The shared checks; without `borrowed`, an owned, zeroed table for the caller to fill.
+LearnedPositionalEmbedding::LearnedPositionalEmbedding(const LearnedPositionalOptions& o,
+                                                       std::optional<std::span<const float>> borrowed,
+                                                       std::shared_ptr<const void> keep_alive,
+                                                       const char* kWhere)
+    : PositionalEmbedding(o.max_context, o.dim, o.beyond, kWhere, borrowed, std::move(keep_alive)),
+      interpolate_to_(o.interpolate_to) {
   if (o.beyond == BeyondTable::kExtend) {
     detail::fail(Status::kInvalidArgument, kWhere,
                  "the extend policy needs a formula; a learned table supports error, clamp or interpolate");
@@ -121,7 +215,10 @@ LearnedPositionalEmbedding::LearnedPositionalEmbedding(const LearnedPositionalOp
     detail::fail(Status::kInvalidArgument, kWhere, "interpolate_to = ", o.interpolate_to,
                  " must be >= max_context L = ", o.max_context, " for the interpolate policy");
   }
-  fill_normal(table_, o.seed, kPositionTableStream, 0.0, o.init_std);
+}
+
+std::span<float> LearnedPositionalEmbedding::mutable_table() {
+  return owned_table("LearnedPositionalEmbedding::mutable_table");
 }
 
 int64_t LearnedPositionalEmbedding::position_limit() const {
@@ -151,12 +248,13 @@ std::vector<float> LearnedPositionalEmbedding::rows_for(std::span<const int64_t>
   if (beyond_ != BeyondTable::kInterpolate) return PositionalEmbedding::rows_for(positions);
   auto out = detail::make_buffer<float>("LearnedPositionalEmbedding::rows_for", "rows",
                                         static_cast<int64_t>(positions.size()) * D_);
+  const float* t = table().data();
   for (size_t r = 0; r < positions.size(); ++r) {
     int64_t i0, i1;
     double w1;
     interpolation(positions[r], &i0, &i1, &w1);
     for (int64_t d = 0; d < D_; ++d) {
-      out[r * D_ + d] = static_cast<float>((1.0 - w1) * table_[i0 * D_ + d] + w1 * table_[i1 * D_ + d]);
+      out[r * D_ + d] = static_cast<float>((1.0 - w1) * t[i0 * D_ + d] + w1 * t[i1 * D_ + d]);
     }
   }
   return out;
@@ -222,9 +320,10 @@ SinusoidalPositionalEmbedding::SinusoidalPositionalEmbedding(const SinusoidalOpt
                  " policy is for learned tables; a sinusoidal table supports error or extend");
   }
   if (o.layout == Layout::kInterleaved) {
-    sinusoidal_table(table_, L_, D_, o.base);  // checks base with the seed-facing message
+    // Checks base with the seed-facing message.
+    sinusoidal_table(owned_table("SinusoidalPositionalEmbedding"), L_, D_, o.base);
   } else {
-    position_table(table_.data(), DType::kF32, L_, D_, 0, options_);
+    position_table(owned_table("SinusoidalPositionalEmbedding").data(), DType::kF32, L_, D_, 0, options_);
   }
 }
 
@@ -238,7 +337,7 @@ std::vector<float> SinusoidalPositionalEmbedding::rows_for(std::span<const int64
                                         static_cast<int64_t>(positions.size()) * D_);
   for (size_t r = 0; r < positions.size(); ++r) {
     if (positions[r] < L_) {
-      std::copy_n(table_.begin() + positions[r] * D_, D_, out.begin() + static_cast<int64_t>(r) * D_);
+      std::copy_n(table().begin() + positions[r] * D_, D_, out.begin() + static_cast<int64_t>(r) * D_);
     } else {
       position_table(out.data() + r * D_, DType::kF32, 1, D_, positions[r], options_);
     }

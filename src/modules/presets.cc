@@ -1,5 +1,7 @@
 #include "tokpos/presets.h"
 
+#include <cstdint>
+#include <memory>
 #include <sstream>
 
 #include "common/check.h"
@@ -31,9 +33,26 @@ std::string resolve(const SafetensorsFile& f, const NameMap& overrides, const st
                " table of the ", preset, " preset; map another name with --map ", role, "=NAME)");
 }
 
+// A table from the file: an F32 tensor viewed in place in the mapping (no
+// copy), or F16 / BF16 (or an F32 tensor not 4-byte aligned) widened into an
+// owned buffer.
+struct Loaded {
+  std::span<const float> view;  // the mapped tensor when borrowed; empty otherwise
+  std::vector<float> owned;     // the widened values otherwise
+  bool borrowed() const { return !view.empty(); }
+};
+
+Loaded load(const SafetensorsFile& f, const std::string& name) {
+  if (f.info(name).dtype == "F32" &&
+      reinterpret_cast<uintptr_t>(f.bytes(name).data()) % alignof(float) == 0) {
+    return {f.view_f32(name), {}};
+  }
+  return {{}, f.read_f32(name)};
+}
+
 // A 2-D table whose second dimension, if D > 0, must be D.
-std::vector<float> table(const SafetensorsFile& f, const std::string& name, int64_t D, const char* preset,
-                         int64_t* rows, int64_t* cols) {
+Loaded table(const SafetensorsFile& f, const std::string& name, int64_t D, const char* preset, int64_t* rows,
+             int64_t* cols) {
   const auto& info = f.info(name);
   if (info.shape.size() != 2 || (D > 0 && info.shape[1] != D) || info.shape[0] < 1 || info.shape[1] < 1) {
     detail::fail(Status::kShapeMismatch, preset, f.path(), ": tensor '", name, "' has shape ",
@@ -42,7 +61,7 @@ std::vector<float> table(const SafetensorsFile& f, const std::string& name, int6
   }
   *rows = info.shape[0];
   *cols = info.shape[1];
-  return f.read_f32(name);
+  return load(f, name);
 }
 
 std::vector<float> vector_of(const SafetensorsFile& f, const std::string& name, int64_t D,
@@ -55,28 +74,46 @@ std::vector<float> vector_of(const SafetensorsFile& f, const std::string& name, 
   return f.read_f32(name);
 }
 
-TokenEmbedding owned_table(std::vector<float> t, int64_t rows, int64_t D) {  // trainable copy
-  return TokenEmbedding::from_pretrained(std::move(t), {.vocab_size = rows, .dim = D}, /*frozen=*/false);
+// Not frozen: backward fills the module's own gradient either way. `file`
+// keeps the mapping alive for as long as a borrowed table needs it.
+TokenEmbedding token_table(Loaded t, int64_t rows, int64_t D,
+                           const std::shared_ptr<const SafetensorsFile>& file) {
+  const TokenEmbeddingOptions options{.vocab_size = rows, .dim = D};
+  if (t.borrowed()) return TokenEmbedding::borrow(t.view, options, /*frozen=*/false, file);
+  return TokenEmbedding::from_pretrained(std::move(t.owned), options, /*frozen=*/false);
 }
 
-std::unique_ptr<LearnedPositionalEmbedding> position_table(std::vector<float> t, int64_t L, int64_t D) {
-  auto p = std::make_unique<LearnedPositionalEmbedding>(LearnedPositionalOptions{.max_context = L, .dim = D});
-  std::copy(t.begin(), t.end(), p->mutable_table().begin());
+std::unique_ptr<LearnedPositionalEmbedding> position_table(
+    Loaded t, int64_t L, int64_t D, const std::shared_ptr<const SafetensorsFile>& file) {
+  const LearnedPositionalOptions options{.max_context = L, .dim = D};
+  if (t.borrowed()) {
+    return std::make_unique<LearnedPositionalEmbedding>(
+        LearnedPositionalEmbedding::borrow(t.view, options, file));
+  }
+  auto p = std::make_unique<LearnedPositionalEmbedding>(options);
+  std::copy(t.owned.begin(), t.owned.end(), p->mutable_table().begin());
   return p;
 }
 
 }  // namespace
 
-EmbeddingComposer gpt2_from_safetensors(const SafetensorsFile& f, const NameMap& overrides) {
+// The presets view the tables in a copy of the file object: it shares the
+// mapping, so the modules keep it alive after the caller's object is gone.
+EmbeddingComposer gpt2_from_safetensors(const SafetensorsFile& file, const NameMap& overrides) {
   constexpr const char* kPreset = "gpt2";
+  const auto keep = std::make_shared<const SafetensorsFile>(file);
+  const SafetensorsFile& f = *keep;
   int64_t V, D, L, D2;
   auto wte = table(f, resolve(f, overrides, "wte", "wte.weight", kPreset), 0, kPreset, &V, &D);
   auto wpe = table(f, resolve(f, overrides, "wpe", "wpe.weight", kPreset), D, kPreset, &L, &D2);
-  return EmbeddingComposer(owned_table(std::move(wte), V, D), position_table(std::move(wpe), L, D));
+  return EmbeddingComposer(token_table(std::move(wte), V, D, keep),
+                           position_table(std::move(wpe), L, D, keep));
 }
 
-EmbeddingComposer bert_from_safetensors(const SafetensorsFile& f, double eps, const NameMap& overrides) {
+EmbeddingComposer bert_from_safetensors(const SafetensorsFile& file, double eps, const NameMap& overrides) {
   constexpr const char* kPreset = "bert";
+  const auto keep = std::make_shared<const SafetensorsFile>(file);
+  const SafetensorsFile& f = *keep;
   int64_t V, D, L, Ty, unused;
   auto word = table(f, resolve(f, overrides, "word", "embeddings.word_embeddings.weight", kPreset), 0,
                     kPreset, &V, &D);
@@ -89,8 +126,9 @@ EmbeddingComposer bert_from_safetensors(const SafetensorsFile& f, double eps, co
       vector_of(f, resolve(f, overrides, "ln_weight", "embeddings.LayerNorm.weight", kPreset), D, kPreset);
   auto beta =
       vector_of(f, resolve(f, overrides, "ln_bias", "embeddings.LayerNorm.bias", kPreset), D, kPreset);
-  EmbeddingComposer model(owned_table(std::move(word), V, D), position_table(std::move(pos), L, D));
-  model.set_token_types(owned_table(std::move(types), Ty, D));
+  EmbeddingComposer model(token_table(std::move(word), V, D, keep),
+                          position_table(std::move(pos), L, D, keep));
+  model.set_token_types(token_table(std::move(types), Ty, D, keep));
   model.set_layer_norm({std::move(gamma), std::move(beta), eps});
   return model;
 }

@@ -29,10 +29,62 @@ TokenEmbedding::TokenEmbedding(int64_t V, int64_t D, std::vector<float> table,
                                std::optional<int64_t> padding_idx, IdPolicy policy, bool frozen)
     : V_(V),
       D_(D),
-      table_(std::move(table)),
+      owned_(std::move(table)),
+      data_(owned_.data()),
       padding_idx_(padding_idx),
       id_policy_(policy),
       frozen_(frozen) {}
+
+// An owning copy points at its own buffer; a borrowing one at the same memory.
+TokenEmbedding::TokenEmbedding(const TokenEmbedding& o)
+    : V_(o.V_),
+      D_(o.D_),
+      owned_(o.owned_),
+      data_(o.borrowed_ ? o.data_ : owned_.data()),
+      keep_alive_(o.keep_alive_),
+      borrowed_(o.borrowed_),
+      grad_(o.grad_),
+      padding_idx_(o.padding_idx_),
+      id_policy_(o.id_policy_),
+      frozen_(o.frozen_) {}
+
+TokenEmbedding::TokenEmbedding(TokenEmbedding&& o) noexcept
+    : V_(o.V_),
+      D_(o.D_),
+      owned_(std::move(o.owned_)),
+      data_(o.borrowed_ ? o.data_ : owned_.data()),
+      keep_alive_(std::move(o.keep_alive_)),
+      borrowed_(o.borrowed_),
+      grad_(std::move(o.grad_)),
+      padding_idx_(o.padding_idx_),
+      id_policy_(o.id_policy_),
+      frozen_(o.frozen_) {
+  o.data_ = o.owned_.data();  // the moved-from module is left empty, not dangling
+  o.borrowed_ = false;
+}
+
+TokenEmbedding& TokenEmbedding::operator=(const TokenEmbedding& o) {
+  if (this != &o) *this = TokenEmbedding(o);
+  return *this;
+}
+
+TokenEmbedding& TokenEmbedding::operator=(TokenEmbedding&& o) noexcept {
+  if (this == &o) return *this;
+  V_ = o.V_;
+  D_ = o.D_;
+  owned_ = std::move(o.owned_);
+  borrowed_ = o.borrowed_;
+  data_ = borrowed_ ? o.data_ : owned_.data();
+  keep_alive_ = std::move(o.keep_alive_);
+  grad_ = std::move(o.grad_);
+  padding_idx_ = o.padding_idx_;
+  id_policy_ = o.id_policy_;
+  frozen_ = o.frozen_;
+  o.owned_.clear();
+  o.data_ = o.owned_.data();
+  o.borrowed_ = false;
+  return *this;
+}
 
 namespace {
 // Validates the shape part of the options; returns V*D.
@@ -71,6 +123,37 @@ TokenEmbedding TokenEmbedding::from_pretrained(std::vector<float> table, const T
   return TokenEmbedding(o.vocab_size, o.dim, std::move(table), o.padding_idx, o.id_policy, frozen);
 }
 
+TokenEmbedding TokenEmbedding::borrow(std::span<const float> table, const TokenEmbeddingOptions& o,
+                                      bool frozen, std::shared_ptr<const void> keep_alive) {
+  constexpr const char* kWhere = "TokenEmbedding::borrow";
+  const int64_t n = check_options(kWhere, o);
+  detail::check_size(kWhere, "table", table.size(), n);
+  detail::check_not_null(kWhere, "table", table.data());
+  TokenEmbedding m(o.vocab_size, o.dim, {}, o.padding_idx, o.id_policy, frozen);
+  m.data_ = table.data();
+  m.borrowed_ = true;
+  m.keep_alive_ = std::move(keep_alive);
+  return m;
+}
+
+std::span<float> TokenEmbedding::mutable_table() {
+  if (borrowed_) {
+    detail::fail(Status::kInvalidArgument, "TokenEmbedding::mutable_table",
+                 "the table is borrowed (read-only); call make_owned() for a writable copy");
+  }
+  return owned_;
+}
+
+void TokenEmbedding::make_owned() {
+  if (!borrowed_) return;
+  auto copy = detail::make_buffer<float>("TokenEmbedding::make_owned", "token table", V_ * D_);
+  std::copy_n(data_, V_ * D_, copy.begin());
+  owned_ = std::move(copy);
+  data_ = owned_.data();
+  keep_alive_.reset();
+  borrowed_ = false;
+}
+
 void TokenEmbedding::check_policy_for(const IdPolicy& policy, const char* where) const {
   check_policy(where, policy, V_);
 }
@@ -86,7 +169,8 @@ void TokenEmbedding::set_padding_idx(std::optional<int64_t> padding_idx) {
                  " is outside [0, ", V_, ")");
   }
   padding_idx_ = padding_idx;
-  if (padding_idx) std::fill_n(table_.begin() + *padding_idx * D_, D_, 0.0f);
+  // A borrowed table is read-only: the row is recorded (no gradient) but kept as given.
+  if (padding_idx && !borrowed_) std::fill_n(owned_.begin() + *padding_idx * D_, D_, 0.0f);
 }
 
 std::span<float> TokenEmbedding::ensure_grad() {
@@ -127,9 +211,9 @@ void TokenEmbedding::forward(std::span<const int64_t> ids, int64_t B, int64_t T,
   const IdPolicy& p = policy ? *policy : id_policy_;
   check_policy(kWhere, p, V_);
   // The op checks the ids (once) and runs the kernel.
-  ops::compose_forward(TensorView(out.data(), DType::kF32, {B, T, D_}), TensorView(ids.data(), DType::kI64, {B, T}),
-                       TensorView(table_.data(), DType::kF32, {V_, D_}), nullptr, nullptr, 0,
-                       lookup_options(p, kWhere));
+  ops::compose_forward(TensorView(out.data(), DType::kF32, {B, T, D_}),
+                       TensorView(ids.data(), DType::kI64, {B, T}), TensorView(data_, DType::kF32, {V_, D_}),
+                       nullptr, nullptr, 0, lookup_options(p, kWhere));
 }
 
 std::vector<float> TokenEmbedding::forward(std::span<const int64_t> ids, int64_t B, int64_t T,
@@ -191,7 +275,7 @@ void TokenEmbedding::logits(std::span<const float> h, int64_t N, std::span<float
   detail::check_at_least(kWhere, "N", N, 0);
   detail::check_size(kWhere, "h", h.size(), detail::checked_mul(kWhere, "N*D", N, D_));
   detail::check_size(kWhere, "logits", out.size(), detail::checked_mul(kWhere, "N*V", N, V_));
-  detail::linear_nt(out.data(), h.data(), table_.data(), N, V_, D_);
+  detail::linear_nt(out.data(), h.data(), data_, N, V_, D_);
 }
 
 std::vector<float> TokenEmbedding::logits(std::span<const float> h, int64_t N) const {
@@ -212,8 +296,8 @@ void TokenEmbedding::logits_backward(std::span<const float> d_logits, std::span<
   // A frozen table gets no gradient, but d_h still flows. padding_idx masks only
   // the lookup path: the output side touches every row, as in PyTorch.
   float* dW = frozen_ ? nullptr : ensure_grad().data();
-  detail::linear_nt_backward(dW, d_h.empty() ? nullptr : d_h.data(), d_logits.data(), h.data(),
-                              table_.data(), N, V_, D_);
+  detail::linear_nt_backward(dW, d_h.empty() ? nullptr : d_h.data(), d_logits.data(), h.data(), data_, N, V_,
+                             D_);
 }
 
 }  // namespace tokpos
