@@ -1,199 +1,715 @@
-// Every back end against the reference kernels, bit for bit, on many shapes
-// (ggml's test-backend-ops style: each case prints its parameters).
+// The kernels (src/kernels/kernels.h): every registered back end against the
+// reference, within the tolerance it declares (0: bit for bit), on many
+// shapes, element types, index types, layouts, thread counts and streaming
+// settings (ggml's test-backend-ops style: each case prints its parameters);
+// every back end against the definitions written out here (the forward, the
+// typed forward, the backward's summation order); the row grouping; the
+// registry; the 16-bit conversions against formulas of their own.
+//
+// A back end added to backends() is covered by these tests as it is.
+#pragma GCC diagnostic ignored "-Wpsabi"  // GCC vectors passed to convert.h's templates (no ABI involved)
+
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
-#include "kernels/cpu/convert.h"
+#include "common/convert.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
+#include "tokpos/dtype.h"
 #include "tokpos/threading.h"
 
 namespace {
 
+namespace kn = tokpos::kernels;
+namespace fp = tokpos::fp;
+using tokpos::DType;
 using tokpos::testing::bitwise_equal;
 using tokpos::testing::ids_mod;
 using tokpos::testing::noise;
 
-// (B, T, D, V, threads)
-class KernelAgreement : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t, int64_t, int>> {
+constexpr int kThreadCounts[] = {1, 2, 7};
+constexpr DType kFloatTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+constexpr int64_t kNeverStream = INT64_MAX;  // Exec::stream_min_bytes
+constexpr int64_t kAlwaysStream = 0;
+
+// The back ends compared with the reference: every registered one but it.
+std::vector<const kn::KernelTable*> candidates() {
+  std::vector<const kn::KernelTable*> out;
+  for (const kn::KernelTable* k : kn::backends())
+    if (k != &kn::reference_kernels()) out.push_back(k);
+  return out;
+}
+
+// ---- The 16-bit formats, written out from their definitions -----------------
+
+// The value binary16 bits h denote (exact in double).
+double f16_value(uint16_t h) {
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const double s = (h & 0x8000) ? -1.0 : 1.0;
+  if (e == 31) return m ? std::numeric_limits<double>::quiet_NaN() : s * HUGE_VAL;
+  return s * (e == 0 ? std::ldexp(m, -24) : std::ldexp(m + 1024, e - 25));
+}
+
+// The value bfloat16 bits h denote (8 exponent bits, 7 mantissa bits, bias 127).
+double bf16_value(uint16_t h) {
+  const int e = (h >> 7) & 0xff, m = h & 0x7f;
+  const double s = (h & 0x8000) ? -1.0 : 1.0;
+  if (e == 255) return m ? std::numeric_limits<double>::quiet_NaN() : s * HUGE_VAL;
+  return s * (e == 0 ? std::ldexp(m, -133) : std::ldexp(m + 128, e - 134));
+}
+
+// The bits of the value of a binary format (exp_bits, mant_bits) nearest to x,
+// ties to the even significand; from half an ulp above the largest finite
+// value on: Inf. Exact arithmetic in double (x / quantum only rescales x).
+// NaN: the quiet NaN with x's sign.
+uint16_t nearest_bits(float x, int exp_bits, int mant_bits) {
+  const auto sign = static_cast<uint16_t>(std::signbit(x) ? 1u << (exp_bits + mant_bits) : 0u);
+  const int bias = (1 << (exp_bits - 1)) - 1, emin = 1 - bias;
+  const auto inf = static_cast<uint16_t>(((1u << exp_bits) - 1) << mant_bits);
+  if (std::isnan(x)) return static_cast<uint16_t>(sign | inf | (1u << (mant_bits - 1)));
+  const double a = std::fabs(static_cast<double>(x));
+  if (std::isinf(a)) return static_cast<uint16_t>(sign | inf);
+  const int e = a == 0 ? emin : std::max(std::ilogb(a), emin);
+  const double quantum = std::ldexp(1.0, e - mant_bits);
+  const double r = std::nearbyint(a / quantum) * quantum;  // the default rounding mode: ties to even
+  if (r == 0) return sign;
+  const int re = std::ilogb(r);
+  if (re > bias) return static_cast<uint16_t>(sign | inf);
+  if (re < emin) return static_cast<uint16_t>(sign | static_cast<uint16_t>(r / std::ldexp(1.0, emin - mant_bits)));
+  const auto mantissa = static_cast<uint32_t>(r / std::ldexp(1.0, re - mant_bits)) - (1u << mant_bits);
+  return static_cast<uint16_t>(sign | static_cast<uint32_t>(re + bias) << mant_bits | mantissa);
+}
+uint16_t nearest_f16(float x) {
+  return nearest_bits(x, 5, 10);
+}
+uint16_t nearest_bf16(float x) {
+  return nearest_bits(x, 8, 7);
+}
+
+// Element k of an array of `type` (f32, bf16 or f16), widened by the formulas above.
+double element(DType type, const void* base, size_t k) {
+  switch (type) {
+    case DType::kBF16: return bf16_value(static_cast<const uint16_t*>(base)[k]);
+    case DType::kF16: return f16_value(static_cast<const uint16_t*>(base)[k]);
+    default: return static_cast<const float*>(base)[k];
+  }
+}
+// Element k of an array of `type` = v rounded to nearest even by nearest_bits.
+void put(DType type, void* base, size_t k, float v) {
+  switch (type) {
+    case DType::kBF16: static_cast<uint16_t*>(base)[k] = nearest_bf16(v); break;
+    case DType::kF16: static_cast<uint16_t*>(base)[k] = nearest_f16(v); break;
+    default: static_cast<float*>(base)[k] = v; break;
+  }
+}
+
+// ---- Comparisons -----------------------------------------------------------------
+
+double relative_difference(double a, double b) {
+  if (a == b || (std::isnan(a) && std::isnan(b))) return 0;
+  if (std::isnan(a) || std::isnan(b) || std::isinf(a) || std::isinf(b)) return HUGE_VAL;
+  return std::fabs(a - b) / std::max(std::fabs(a), std::fabs(b));
+}
+
+// got (n elements of type) agrees with want as back end `be` declares: bit for
+// bit (tolerance 0), else a largest relative difference within its tolerance.
+::testing::AssertionResult agrees(const kn::KernelTable& be, const void* want, const void* got, size_t n,
+                                  DType type) {
+  const size_t es = tokpos::dtype_size(type);
+  const auto* w = static_cast<const uint8_t*>(want);
+  const auto* g = static_cast<const uint8_t*>(got);
+  if (be.tolerance == 0) {
+    if (std::memcmp(w, g, n * es) == 0) return ::testing::AssertionSuccess();
+    size_t k = 0;
+    while (std::memcmp(w + k * es, g + k * es, es) == 0) ++k;
+    return ::testing::AssertionFailure() << be.name << " differs from bit-for-bit at element " << k << " of " << n
+                                         << ": want " << element(type, w, k) << ", got " << element(type, g, k);
+  }
+  double worst = 0;
+  size_t at = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const double r = relative_difference(element(type, w, k), element(type, g, k));
+    if (r > worst) worst = r, at = k;
+  }
+  if (worst <= be.tolerance) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << be.name << " relative difference " << worst << " > its tolerance "
+                                       << be.tolerance << " at element " << at << ": want "
+                                       << element(type, w, at) << ", got " << element(type, g, at);
+}
+::testing::AssertionResult agrees(const kn::KernelTable& be, const std::vector<float>& want,
+                                  const std::vector<float>& got) {
+  if (want.size() != got.size()) return ::testing::AssertionFailure() << "sizes differ";
+  return agrees(be, want.data(), got.data(), want.size(), DType::kF32);
+}
+
+// The comparison itself: bit for bit at tolerance 0, else relative.
+TEST(Kernels, AgreementFollowsTheDeclaredTolerance) {
+  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr};
+  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr};
+  const std::vector<float> want{1.0f, -2.0f, 0.0f, HUGE_VALF};
+  EXPECT_TRUE(agrees(exact, want, want));
+  EXPECT_FALSE(agrees(exact, want, {1.0f, -2.0f, -0.0f, HUGE_VALF}));  // -0 is other bits
+  EXPECT_FALSE(agrees(exact, want, {1.0f + 0x1p-23f, -2.0f, 0.0f, HUGE_VALF}));
+  EXPECT_TRUE(agrees(loose, want, {1.0005f, -2.001f, -0.0f, HUGE_VALF}));
+  EXPECT_FALSE(agrees(loose, want, {1.0f, -2.01f, 0.0f, HUGE_VALF}));
+  EXPECT_FALSE(agrees(loose, want, {1.0f, -2.0f, 1e-30f, HUGE_VALF}));
+  EXPECT_FALSE(agrees(loose, want, {1.0f, -2.0f, 0.0f, 3e38f}));
+  EXPECT_FALSE(agrees(loose, want, {std::nanf(""), -2.0f, 0.0f, HUGE_VALF}));
+  const uint16_t h_want[] = {0x3c01, 0x3c00}, h_got[] = {0x3c01, 0x3c02};  // f16: 1 vs 1 + 2^-9
+  EXPECT_FALSE(agrees(loose, h_want, h_got, 2, DType::kF16));
+  EXPECT_TRUE(agrees(loose, h_want, h_got, 1, DType::kF16));
+}
+
+// ---- Test data -------------------------------------------------------------------
+
+// Noise over many binades (2^-12 .. 2^11): sums of it depend on their order.
+std::vector<float> wide_noise(size_t n, uint64_t seed) {
+  auto v = noise(n, seed);
+  for (size_t i = 0; i < n; ++i) v[i] = std::ldexp(v[i], static_cast<int>((i * 2654435761u) % 24) - 12);
+  return v;
+}
+
+// `bytes` bytes filled with `fill`, starting `offset` bytes past a 64-byte boundary.
+class Bytes {
+ public:
+  Bytes(size_t bytes, size_t offset, uint8_t fill) : storage_(bytes + 64 + offset, fill), size_(bytes) {
+    const auto misalign = static_cast<size_t>(reinterpret_cast<uintptr_t>(storage_.data()) % 64);
+    data_ = storage_.data() + (64 - misalign) % 64 + offset;
+  }
+  Bytes(const Bytes&) = delete;
+  Bytes& operator=(const Bytes&) = delete;
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::vector<uint8_t> storage_;
+  uint8_t* data_;
+  size_t size_;
 };
 
-TEST_P(KernelAgreement, CpuMatchesReference) {
-  const auto [B, T, D, V, threads] = GetParam();
-  tokpos::set_num_threads(threads);
-  const int64_t L = T + 3, N = B * T;
-  const auto tok = noise(V * D, 1), pos = noise(L * D, 2), d_out = noise(N * D, 3);
-  auto ids = ids_mod(N, V, 4);
-  if (N > 4) ids[N / 2] = V + 7;  // out of range: exercises the UNK remap
-  auto pos_ids = ids_mod(N, L, 5);
-  const auto& ref = tokpos::kernels::reference_kernels();
-  const auto& cpu = tokpos::kernels::cpu_kernels();
-  for (const bool explicit_pos : {false, true}) {
-    for (const bool with_pos : {false, true}) {
-      std::vector<float> a(N * D, -1.f), b(N * D, -2.f);
-      ref.compose_forward(a.data(), ids.data(), tok.data(), V, 0, with_pos ? pos.data() : nullptr,
-                          explicit_pos ? pos_ids.data() : nullptr, 3, B, T, D);
-      cpu.compose_forward(b.data(), ids.data(), tok.data(), V, 0, with_pos ? pos.data() : nullptr,
-                          explicit_pos ? pos_ids.data() : nullptr, 3, B, T, D);
-      EXPECT_TRUE(bitwise_equal(a, b)) << "forward explicit_pos=" << explicit_pos << " with_pos=" << with_pos;
-      std::vector<float> c(N * D, -3.f);
-      tokpos::set_stream_min_bytes(0);
-      cpu.compose_forward(c.data(), ids.data(), tok.data(), V, 0, with_pos ? pos.data() : nullptr,
-                          explicit_pos ? pos_ids.data() : nullptr, 3, B, T, D);
-      tokpos::set_stream_min_bytes(-1);
-      EXPECT_TRUE(bitwise_equal(a, c)) << "streamed forward explicit_pos=" << explicit_pos
-                                       << " with_pos=" << with_pos;
+// A table in every float type: rows x D values, row r at r * stride (stride >=
+// D), the same layout for each type. The padding between rows is NaN, so a
+// kernel that reads it shows. f32 values span 2^-30 .. 2^17, so f16 outputs
+// overflow and go subnormal; the 16-bit tables are random finite bit patterns.
+struct Table {
+  int64_t stride = 0;
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16, f16;
+  kn::Rows view(DType type) const {
+    switch (type) {
+      case DType::kBF16: return {bf16.data(), type, stride};
+      case DType::kF16: return {f16.data(), type, stride};
+      default: return {f32.data(), DType::kF32, stride};
     }
   }
-  auto rows = ids_mod(N, V, 6);
-  if (N > 2) rows[1] = -1;  // padding: skipped
-  std::vector<float> ga = noise(V * D, 7), gb = ga;
-  ref.index_add_rows(ga.data(), d_out.data(), rows.data(), N, V, D);
-  cpu.index_add_rows(gb.data(), d_out.data(), rows.data(), N, V, D);
-  EXPECT_TRUE(bitwise_equal(ga, gb)) << "index_add_rows";
-  // Both gradients at once: the definition is the two index_add_rows.
-  std::vector<int64_t> t_rows(N);  // positions start + t, as the composer passes them
-  for (int64_t n = 0; n < N; ++n) t_rows[n] = 3 + n % T;
-  auto random_rows = ids_mod(N, L, 16);
-  if (N > 3) random_rows[N - 2] = -1;  // skipped in the position gradient, still in the token gradient
-  for (const auto* pos_rows : std::initializer_list<const std::vector<int64_t>*>{&t_rows, &random_rows}) {
-    std::vector<float> ta = noise(V * D, 17), pa = noise(L * D, 18);
-    std::vector<float> tb = ta, pb = pa;
-    ref.index_add_rows2(ta.data(), rows.data(), V, pa.data(), pos_rows->data(), L, d_out.data(), N, D);
-    cpu.index_add_rows2(tb.data(), rows.data(), V, pb.data(), pos_rows->data(), L, d_out.data(), N, D);
-    const bool positions = pos_rows == &t_rows;
-    EXPECT_TRUE(bitwise_equal(ta, tb)) << "index_add_rows2 token gradient, positions " << positions;
-    EXPECT_TRUE(bitwise_equal(pa, pb)) << "index_add_rows2 position gradient, positions " << positions;
-    // and the reference's definition, stated as two separate calls
-    std::vector<float> tc = noise(V * D, 17), pc = noise(L * D, 18);
-    ref.index_add_rows(tc.data(), d_out.data(), rows.data(), N, V, D);
-    ref.index_add_rows(pc.data(), d_out.data(), pos_rows->data(), N, L, D);
-    EXPECT_TRUE(bitwise_equal(ta, tc) && bitwise_equal(pa, pc)) << "reference index_add_rows2";
-  }
-  std::vector<float> ta = noise(V * D, 19), tb = ta;  // no position gradient
-  ref.index_add_rows2(ta.data(), rows.data(), V, nullptr, nullptr, L, d_out.data(), N, D);
-  cpu.index_add_rows2(tb.data(), rows.data(), V, nullptr, nullptr, L, d_out.data(), N, D);
-  EXPECT_TRUE(bitwise_equal(ta, tb)) << "index_add_rows2 without grad_b";
-  tokpos::set_num_threads(0);
+};
+Table make_table(int64_t rows, int64_t D, int64_t stride, uint64_t seed) {
+  Table tb;
+  tb.stride = stride;
+  const auto n = static_cast<size_t>(rows * stride);
+  tb.f32.assign(n, std::numeric_limits<float>::quiet_NaN());
+  tb.bf16.assign(n, 0x7fc1);
+  tb.f16.assign(n, 0x7e01);
+  const auto v = noise(static_cast<size_t>(rows * D), seed);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < D; ++d) {
+      const auto i = static_cast<size_t>(r * D + d), k = static_cast<size_t>(r * stride + d);
+      tb.f32[k] = std::ldexp(v[i], static_cast<int>(i * 7919 % 48) - 30);
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      auto h = static_cast<uint16_t>(x);
+      tb.bf16[k] = (h & 0x7f80) == 0x7f80 ? static_cast<uint16_t>(h & 0xbfff) : h;  // no Inf/NaN
+      h = static_cast<uint16_t>(x >> 16);
+      tb.f16[k] = (h & 0x7c00) == 0x7c00 ? static_cast<uint16_t>(h & 0xbfff) : h;
+    }
+  return tb;
 }
 
-std::string ShapeName(const ::testing::TestParamInfo<KernelAgreement::ParamType>& info) {
-  const auto& [B, T, D, V, threads] = info.param;
-  return "B" + std::to_string(B) + "_T" + std::to_string(T) + "_D" + std::to_string(D) + "_V" +
-         std::to_string(V) + "_threads" + std::to_string(threads);
+// How the views lie in memory.
+enum class Layout {
+  kContiguous,  // ids (B, T) dense; output rows dense; table stride D
+  kStrided,     // ids with st = 2, sb = 2T + 3; output rows with padding between them; table strides > D
+  kBroadcast,   // ids with sb = 0 (one row for every b); output time-major with padding; table strides > D
+};
+constexpr Layout kLayouts[] = {Layout::kContiguous, Layout::kStrided, Layout::kBroadcast};
+const char* layout_name(Layout l) {
+  return l == Layout::kContiguous ? "contiguous" : l == Layout::kStrided ? "strided" : "broadcast";
 }
+
+// An index view of `type` holding logical(b, t) = values[b*T + t] (kBroadcast:
+// values[t] for every b), with `filler` in the gaps.
+struct Ids {
+  std::vector<int64_t> i64;
+  std::vector<int32_t> i32;
+  kn::Index index;
+};
+Ids make_ids(const std::vector<int64_t>& values, int64_t B, int64_t T, Layout layout, DType type, int64_t filler) {
+  Ids ids;
+  int64_t sb = T, st = 1, size = B * T;
+  if (layout == Layout::kStrided) st = 2, sb = 2 * T + 3, size = B * sb;
+  if (layout == Layout::kBroadcast) sb = 0, size = T;
+  std::vector<int64_t> v(static_cast<size_t>(size), filler);
+  for (int64_t b = 0; b < (layout == Layout::kBroadcast ? 1 : B); ++b)
+    for (int64_t t = 0; t < T; ++t) v[b * sb + t * st] = values[b * T + t];
+  if (type == DType::kI32) {
+    ids.i32.assign(v.begin(), v.end());
+    ids.index = {ids.i32.data(), DType::kI32, sb, st};
+  } else {
+    ids.i64 = std::move(v);
+    ids.index = {ids.i64.data(), DType::kI64, sb, st};
+  }
+  return ids;
+}
+int64_t logical(const std::vector<int64_t>& values, Layout layout, int64_t b, int64_t t, int64_t T) {
+  return layout == Layout::kBroadcast ? values[t] : values[b * T + t];
+}
+
+// Output rows: (b, t) at b*sb + t*st elements; `elems` elements in all.
+struct OutLayout {
+  int64_t sb, st, elems;
+};
+OutLayout out_layout(Layout layout, int64_t B, int64_t T, int64_t D) {
+  if (layout == Layout::kStrided) {
+    const int64_t st = D + 5, sb = T * st + 3;
+    return {sb, st, B * sb};
+  }
+  if (layout == Layout::kBroadcast) {  // time-major: rows of one t for all b, then the next t
+    const int64_t sb = D + 2, st = B * sb + 1;
+    return {sb, st, T * st};
+  }
+  return {T * D, D, B * T * D};
+}
+
+// The index cases: the id type, and positions start + t or explicit (of a type).
+struct IdCase {
+  DType ids;
+  std::optional<DType> pos_ids;
+};
+constexpr IdCase kIdCases[] = {
+    {DType::kI64, std::nullopt}, {DType::kI32, std::nullopt}, {DType::kI64, DType::kI32}, {DType::kI32, DType::kI64}};
+std::string id_case_name(const IdCase& c) {
+  return std::string("ids ") + tokpos::dtype_name(c.ids) + " positions " +
+         (c.pos_ids ? std::string("explicit ") + tokpos::dtype_name(*c.pos_ids) : std::string("start+t"));
+}
+
+// Source rows (B, T, D) in a layout: contiguous, strided (st = D + 4, sb =
+// T*st + 5, NaN between rows) or broadcast (sb = 0: one (T, D) block for every b).
+struct SourceBuf {
+  std::vector<float> data;
+  kn::Source src;
+};
+SourceBuf make_source(int64_t B, int64_t T, int64_t D, Layout layout, uint64_t seed) {
+  SourceBuf s;
+  int64_t st = D, sb = T * D, size = B * T * D;
+  if (layout == Layout::kStrided) st = D + 4, sb = T * st + 5, size = B * sb;
+  if (layout == Layout::kBroadcast) sb = 0, size = T * D;
+  s.data.assign(static_cast<size_t>(size), std::numeric_limits<float>::quiet_NaN());
+  const auto v = wide_noise(static_cast<size_t>(B * T * D), seed);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) s.data[b * sb + t * st + d] = v[(b * T + t) * D + d];
+  s.src = {s.data.data(), sb, st, B, T, D};
+  return s;
+}
+
+kn::GradTarget target(std::vector<float>& grad, int64_t stride, const std::vector<int64_t>& rows,
+                      const kn::RowGroups& groups, int64_t V) {
+  return {grad.data(), stride, rows.data(), &groups, V};
+}
+
+// ---- Every back end against the reference, on many shapes -------------------------
+
+// (B, T, D, V)
+using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+class ForwardAgreement : public ::testing::TestWithParam<Shape> {};
+class KernelAgreement : public ::testing::TestWithParam<Shape> {};
+
+// How a back end runs one forward case: every case at 1 thread, streamed and
+// not, into an output on a 64-byte line and one element past it; and at 2 and
+// at 7 threads in one of those four settings, which rotate from case to case
+// (so every output type meets every setting at every thread count).
+struct ForwardRun {
+  int threads;
+  int64_t stream_min_bytes;
+  size_t offset_elems;
+};
+std::vector<ForwardRun> runs_for(int64_t case_index) {
+  std::vector<ForwardRun> runs;
+  for (const int64_t stream : {kNeverStream, kAlwaysStream})
+    for (const size_t offset : {size_t{0}, size_t{1}}) runs.push_back({1, stream, offset});
+  for (const int threads : {2, 7}) {
+    const int64_t k = case_index + threads;
+    runs.push_back({threads, k % 2 ? kAlwaysStream : kNeverStream, static_cast<size_t>(k / 2 % 2)});
+  }
+  return runs;
+}
+
+// The forward, for every token-table type x position-table type (or none) x
+// output type, index case and layout; each back end as runs_for says.
+// Out-of-range ids (V + 7, -2, and 2^40 as int64) read unk_id.
+TEST_P(ForwardAgreement, ForwardMatchesReference) {
+  const auto [B, T, D, V] = GetParam();
+  const int64_t N = B * T, L = T + 5, start = 3;
+  const Table tok_dense = make_table(V, D, D, 1), tok_strided = make_table(V, D, D + 3, 1);
+  const Table pos_dense = make_table(L, D, D, 2), pos_strided = make_table(L, D, D + 1, 2);
+  auto ids = ids_mod(N, V, 3);
+  if (T > 2) ids[1] = V + 7;  // in the first row: the broadcast layout sees it too
+  if (N > 4) ids[N / 2] = -2;
+  const auto pos_ids = ids_mod(N, L, 4);
+  const auto& ref = kn::reference_kernels();
+  const auto backs = candidates();
+  int64_t case_index = 0;
+  for (const Layout layout : kLayouts)
+    for (const IdCase& ic : kIdCases) {
+      auto id_values = ids;
+      if (ic.ids == DType::kI64 && N > 3) id_values[N - 1] = int64_t{1} << 40;
+      const Ids id_view = make_ids(id_values, B, T, layout, ic.ids, V + 11);
+      const Ids pos_view = make_ids(pos_ids, B, T, layout, ic.pos_ids.value_or(DType::kI64), L - 1);
+      const Table& tok = layout == Layout::kContiguous ? tok_dense : tok_strided;
+      const Table& pos = layout == Layout::kContiguous ? pos_dense : pos_strided;
+      const OutLayout ol = out_layout(layout, B, T, D);
+      for (const DType te : kFloatTypes)
+        for (const std::optional<DType> pe : {std::optional<DType>{}, std::optional(DType::kF32),
+                                              std::optional(DType::kBF16), std::optional(DType::kF16)})
+          for (const DType oe : kFloatTypes) {
+            kn::Gather g;
+            g.out = {nullptr, oe, ol.sb, ol.st};
+            g.ids = id_view.index;
+            g.V = V;
+            g.unk_id = V / 2;
+            g.tok = tok.view(te);
+            if (pe) g.pos = pos.view(*pe);
+            if (ic.pos_ids) g.pos_ids = pos_view.index;
+            g.start = start;
+            g.B = B, g.T = T, g.D = D;
+            const size_t es = tokpos::dtype_size(oe), bytes = static_cast<size_t>(ol.elems) * es;
+            Bytes want(bytes, 0, 0xA5);
+            g.out.data = want.data();
+            ref.compose_forward(g, kn::Exec{});
+            for (const kn::KernelTable* be : backs)
+              for (const ForwardRun& run : runs_for(case_index)) {
+                Bytes got(bytes, run.offset_elems * es, 0xA5);
+                g.out.data = got.data();
+                be->compose_forward(g, {.threads = run.threads, .stream_min_bytes = run.stream_min_bytes});
+                EXPECT_TRUE(agrees(*be, want.data(), got.data(), static_cast<size_t>(ol.elems), oe))
+                    << layout_name(layout) << ", " << id_case_name(ic) << ", token " << tokpos::dtype_name(te)
+                    << " position " << (pe ? tokpos::dtype_name(*pe) : "none") << " out " << tokpos::dtype_name(oe)
+                    << ", threads " << run.threads << " streamed " << (run.stream_min_bytes == kAlwaysStream)
+                    << " offset " << run.offset_elems;
+              }
+            ++case_index;
+          }
+    }
+}
+
+// BERT's fused input stage (f32): with token types from ids, type 0 for every
+// token, or none; with LayerNorm or without; every index case and layout.
+TEST_P(KernelAgreement, TypedMatchesReference) {
+  const auto [B, T, D, V] = GetParam();
+  const int64_t N = B * T, L = T + 5, start = 3, kTypes = 3;
+  const Table tok_dense = make_table(V, D, D, 1), tok_strided = make_table(V, D, D + 3, 1);
+  const Table pos_dense = make_table(L, D, D, 2), pos_strided = make_table(L, D, D + 1, 2);
+  const Table types_dense = make_table(kTypes, D, D, 5), types_strided = make_table(kTypes, D, D + 2, 5);
+  const auto gamma = noise(static_cast<size_t>(D), 6), beta = noise(static_cast<size_t>(D), 7);
+  auto ids = ids_mod(N, V, 3);
+  if (T > 2) ids[1] = V + 7;
+  const auto pos_ids = ids_mod(N, L, 4), type_ids = ids_mod(N, kTypes, 8);
+  const auto& ref = kn::reference_kernels();
+  const auto backs = candidates();
+  enum class Types { kNone, kZero, kFromIds };
+  for (const Layout layout : kLayouts)
+    for (const IdCase& ic : kIdCases) {
+      const Ids id_view = make_ids(ids, B, T, layout, ic.ids, V + 11);
+      const Ids pos_view = make_ids(pos_ids, B, T, layout, ic.pos_ids.value_or(DType::kI64), L - 1);
+      const Ids type_view = make_ids(type_ids, B, T, layout, ic.ids, kTypes - 1);
+      const bool dense = layout == Layout::kContiguous;
+      const OutLayout ol = out_layout(layout, B, T, D);
+      for (const Types types : {Types::kNone, Types::kZero, Types::kFromIds})
+        for (const bool layer_norm : {false, true}) {
+          kn::TypedGather tg;
+          kn::Gather& g = tg.g;
+          g.out = {nullptr, DType::kF32, ol.sb, ol.st};
+          g.ids = id_view.index;
+          g.V = V;
+          g.unk_id = V - 1;
+          g.tok = (dense ? tok_dense : tok_strided).view(DType::kF32);
+          g.pos = (dense ? pos_dense : pos_strided).view(DType::kF32);
+          if (ic.pos_ids) g.pos_ids = pos_view.index;
+          g.start = start;
+          g.B = B, g.T = T, g.D = D;
+          if (types != Types::kNone) tg.types = (dense ? types_dense : types_strided).view(DType::kF32);
+          if (types == Types::kFromIds) tg.type_ids = type_view.index;
+          if (layer_norm) tg.gamma = gamma.data(), tg.beta = beta.data(), tg.eps = 1e-5;
+          const size_t bytes = static_cast<size_t>(ol.elems) * 4;
+          Bytes want(bytes, 0, 0xA5);
+          g.out.data = want.data();
+          ref.compose_typed(tg, kn::Exec{});
+          for (const kn::KernelTable* be : backs)
+            for (const int threads : kThreadCounts) {
+              Bytes got(bytes, 4, 0xA5);
+              g.out.data = got.data();
+              be->compose_typed(tg, {.threads = threads, .stream_min_bytes = kAlwaysStream});
+              EXPECT_TRUE(agrees(*be, want.data(), got.data(), static_cast<size_t>(ol.elems), DType::kF32))
+                  << layout_name(layout) << ", " << id_case_name(ic) << ", types " << static_cast<int>(types)
+                  << " layer norm " << layer_norm << ", threads " << threads;
+            }
+        }
+    }
+}
+
+// The backward: one target (the token gradient, or the position gradient
+// alone) and two (tokens and positions start + t, or tokens and random
+// position rows), with padded rows (-1), strided and broadcast sources,
+// strided gradients (stride > D; the padding must not change); gradients start
+// from random values; each back end at 1, 2 and 7 threads, with no workspace
+// and with one reused across every call.
+TEST_P(KernelAgreement, BackwardMatchesReference) {
+  const auto [B, T, D, V] = GetParam();
+  const int64_t N = B * T, L = T + 5, start = 3;
+  auto token_rows = ids_mod(N, V, 6);
+  if (N > 2) token_rows[1] = -1;  // padding: skipped
+  if (N > 5) token_rows[N - 3] = -1;
+  std::vector<int64_t> positions(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) positions[n] = start + n % T;
+  auto random_rows = ids_mod(N, L, 7);
+  if (N > 3) random_rows[N - 2] = -1;  // skipped in the position gradient, still in the token gradient
+  const kn::RowGroups token_groups = kn::group_rows(token_rows.data(), N, V);
+  const kn::RowGroups position_groups = kn::group_rows(positions.data(), N, L);
+  const kn::RowGroups random_groups = kn::group_rows(random_rows.data(), N, L);
+  const auto& ref = kn::reference_kernels();
+  const auto backs = candidates();
+  std::vector<kn::Workspace> workspaces(backs.size());
+  enum class Targets { kTokens, kPositionsOnly, kTokensAndPositions, kTokensAndRandomRows };
+  for (const Layout layout : kLayouts) {
+    const SourceBuf source = make_source(B, T, D, layout, 9);
+    const bool dense = layout == Layout::kContiguous;
+    const int64_t as = dense ? D : D + 3, bs = dense ? D : D + 2;
+    const auto init_a = wide_noise(static_cast<size_t>(V * as), 10);
+    const auto init_b = wide_noise(static_cast<size_t>(L * bs), 11);
+    for (const Targets targets :
+         {Targets::kTokens, Targets::kPositionsOnly, Targets::kTokensAndPositions, Targets::kTokensAndRandomRows}) {
+      const bool want_a = targets != Targets::kPositionsOnly, want_b = targets != Targets::kTokens;
+      const auto& b_rows = targets == Targets::kTokensAndRandomRows ? random_rows : positions;
+      const auto& b_groups = targets == Targets::kTokensAndRandomRows ? random_groups : position_groups;
+      // Absent targets still carry rows and groups: a kernel must not touch them.
+      auto targets_for = [&](std::vector<float>& ga, std::vector<float>& gb) {
+        kn::GradTarget a = target(ga, as, token_rows, token_groups, V), b = target(gb, bs, b_rows, b_groups, L);
+        if (!want_a) a.grad = nullptr;
+        if (!want_b) b.grad = nullptr;
+        return std::pair(a, b);
+      };
+      std::vector<float> ref_a = init_a, ref_b = init_b;
+      {
+        const auto [a, b] = targets_for(ref_a, ref_b);
+        ref.index_add_rows(a, b, source.src, kn::Exec{});
+      }
+      if (!want_a) {
+        EXPECT_TRUE(bitwise_equal(ref_a, init_a));
+      }
+      if (!want_b) {
+        EXPECT_TRUE(bitwise_equal(ref_b, init_b));
+      }
+      if (want_a && want_b) {  // the definition of two targets: the two one-target scatters
+        std::vector<float> one_a = init_a, one_b = init_b;
+        auto [a, b] = targets_for(one_a, one_b);
+        ref.index_add_rows(a, kn::GradTarget{}, source.src, kn::Exec{});
+        ref.index_add_rows(kn::GradTarget{}, b, source.src, kn::Exec{});
+        EXPECT_TRUE(bitwise_equal(one_a, ref_a) && bitwise_equal(one_b, ref_b)) << "reference, two targets";
+      }
+      for (size_t k = 0; k < backs.size(); ++k)
+        for (const int threads : kThreadCounts)
+          for (const bool with_ws : {false, true}) {
+            std::vector<float> ga = init_a, gb = init_b;
+            const auto [a, b] = targets_for(ga, gb);
+            backs[k]->index_add_rows(a, b, source.src, {.threads = threads, .ws = with_ws ? &workspaces[k] : nullptr});
+            const std::string what = std::string(layout_name(layout)) + ", targets " +
+                                     std::to_string(static_cast<int>(targets)) + ", threads " +
+                                     std::to_string(threads) + (with_ws ? ", workspace" : "");
+            EXPECT_TRUE(agrees(*backs[k], ref_a, ga)) << "token gradient, " << what;
+            EXPECT_TRUE(agrees(*backs[k], ref_b, gb)) << "position gradient, " << what;
+          }
+    }
+  }
+  for (size_t k = 0; k < backs.size(); ++k) {
+    if (backs[k] == &kn::cpu_kernels()) {
+      EXPECT_GT(workspaces[k].bytes(), 0u) << "the cpu back end keeps its scratch";
+    }
+    workspaces[k].release();
+    EXPECT_EQ(workspaces[k].bytes(), 0u);
+  }
+}
+
+std::string ShapeName(const ::testing::TestParamInfo<Shape>& info) {
+  const auto& [B, T, D, V] = info.param;
+  return "B" + std::to_string(B) + "_T" + std::to_string(T) + "_D" + std::to_string(D) + "_V" + std::to_string(V);
+}
+
+// Threading needs more than 16 tokens and N*D >= 2^17 (2 threads), 7 * 2^16 (7 threads).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ForwardAgreement,
+    ::testing::Values(std::make_tuple(1, 1, 1, 1),           // the smallest everything
+                      std::make_tuple(1, 1, 4096, 300),      // a decode step
+                      std::make_tuple(2, 3, 7, 5),           // D below any vector width
+                      std::make_tuple(3, 17, 33, 1),         // V = 1; odd D
+                      std::make_tuple(2, 9, 16, 10),         // just past a decode step: streamed; D = 16
+                      std::make_tuple(5, 40, 31, 7),         // odd D
+                      std::make_tuple(3, 100, 450, 30),      // D not a multiple of 16; 2 threads
+                      std::make_tuple(8, 128, 768, 500),     // big enough for 7 threads
+                      std::make_tuple(1, 4096, 129, 50257),  // a large vocabulary; 7 threads
+                      std::make_tuple(3, 2, 1, 2)),          // fewer tokens than threads
+    ShapeName);
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, KernelAgreement,
-    ::testing::Values(std::make_tuple(1, 1, 1, 1, 1),        // the smallest everything
-                      std::make_tuple(1, 1, 4096, 2000, 2),  // a decode step
-                      std::make_tuple(2, 3, 7, 5, 2),        // D below any vector width
-                      std::make_tuple(3, 17, 33, 1, 7),      // V = 1: every id is the hot row
-                      std::make_tuple(4, 256, 100, 97, 2),   // D not a multiple of 8 or 16
-                      std::make_tuple(8, 128, 768, 500, 2),  // big enough to thread
-                      std::make_tuple(2, 1024, 64, 3, 7),    // hot rows, odd thread count
-                      std::make_tuple(1, 4096, 129, 50257, 2),
-                      std::make_tuple(4, 512, 64, 1, 2),    // V = 1, threaded: one hot row, split
-                      std::make_tuple(2, 2048, 33, 2, 7),   // two hot rows, odd D, 7 threads
-                      std::make_tuple(70, 3, 300, 11, 7),   // B > 64: every position is a hot row
-                      std::make_tuple(64, 5, 256, 40, 2),   // B = 64: the last one-at-a-time size
-                      std::make_tuple(65, 4, 256, 40, 2),   // B = 65: the first blocked one
-                      std::make_tuple(3, 2, 1, 2, 7)),      // fewer tokens than threads
+    ::testing::Values(std::make_tuple(1, 1, 1, 1),           // the smallest everything
+                      std::make_tuple(1, 1, 4096, 300),      // a decode step
+                      std::make_tuple(2, 3, 7, 5),           // D below any vector width
+                      std::make_tuple(3, 17, 33, 1),         // V = 1: every id is the hot row
+                      std::make_tuple(2, 9, 16, 10),         // just past a decode step: streamed; D = 16
+                      std::make_tuple(5, 40, 31, 7),         // odd D, a few rows used > 64 times
+                      std::make_tuple(4, 256, 100, 97),      // D not a multiple of 8 or 16
+                      std::make_tuple(8, 128, 768, 500),     // big enough for 7 threads
+                      std::make_tuple(2, 1024, 64, 3),       // hot rows (> 128 uses), 2 threads
+                      std::make_tuple(1, 4096, 129, 50257),  // V > 4N: group_rows sorts; 7 threads
+                      std::make_tuple(4, 512, 64, 1),        // V = 1, threaded: one hot row, split
+                      std::make_tuple(2, 2048, 33, 2),       // two hot rows, odd D
+                      std::make_tuple(64, 8, 1024, 40),      // B = 64: positions' last one-at-a-time size
+                      std::make_tuple(65, 8, 1024, 40),      // B = 65: positions' first blocked one
+                      std::make_tuple(130, 4, 1000, 11),     // B > 128: every position has three blocks
+                      std::make_tuple(3, 2, 1, 2)),          // fewer tokens than threads
     ShapeName);
 
-// Mixed table types and bf16 output: (B, T, D, V, threads) x every type combination.
-TEST_P(KernelAgreement, MixedTypesMatchReference) {
-  const auto [B, T, D, V, threads] = GetParam();
-  tokpos::set_num_threads(threads);
-  using tokpos::kernels::Elem;
-  const int64_t L = T + 3, N = B * T;
-  // 16-bit tables from random bits (finite values only), f32 tables from noise.
-  auto bits16 = [](size_t n, uint64_t seed, bool f16) {
-    std::vector<uint16_t> v(n);
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (auto& h : v) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      h = static_cast<uint16_t>(x);
-      if (f16 && (h & 0x7c00) == 0x7c00) h &= 0xbfff;   // no Inf/NaN in f16 tables
-      if (!f16 && (h & 0x7f80) == 0x7f80) h &= 0xbfff;  // nor in bf16
-    }
-    return v;
-  };
-  const auto tok32 = noise(V * D, 8), pos32 = noise(L * D, 9);
-  const auto tok_bf = bits16(V * D, 10, false), pos_bf = bits16(L * D, 11, false);
-  const auto tok_h = bits16(V * D, 12, true), pos_h = bits16(L * D, 13, true);
-  auto table = [&](Elem e, bool token) -> const void* {
-    if (e == Elem::kF32) return token ? static_cast<const void*>(tok32.data()) : pos32.data();
-    if (e == Elem::kBF16) return token ? static_cast<const void*>(tok_bf.data()) : pos_bf.data();
-    return token ? static_cast<const void*>(tok_h.data()) : pos_h.data();
-  };
-  const auto ids = ids_mod(N, V, 14);
-  const auto& ref = tokpos::kernels::reference_kernels();
-  const auto& cpu = tokpos::kernels::cpu_kernels();
-  // Through the cache and streamed (tokpos::set_stream_min_bytes), into an
-  // output that starts on a 64-byte line and one that starts one element
-  // past it (rows then straddle the 16-byte boundaries the streaming stores need).
-  for (const int64_t stream_min : {INT64_MAX, int64_t{0}})
-    for (const size_t offset_elems : {0, 1})
-      for (Elem te : {Elem::kF32, Elem::kBF16, Elem::kF16})
-        for (Elem pe : {Elem::kF32, Elem::kBF16, Elem::kF16}) {
-          for (Elem oe : {Elem::kF32, Elem::kBF16}) {
-            const size_t elem = oe == Elem::kF32 ? 4 : 2, bytes = N * D * elem;
-            std::vector<uint8_t> a(bytes, 1);
-            std::vector<uint8_t> storage(bytes + 64 + elem, 2);
-            uint8_t* b = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 +
-                         offset_elems * elem;
-            ref.compose_forward_mixed(a.data(), oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe,
-                                      nullptr, 2, B, T, D);
-            tokpos::set_stream_min_bytes(stream_min);
-            cpu.compose_forward_mixed(b, oe, ids.data(), table(te, true), te, V, 0, table(pe, false), pe,
-                                      nullptr, 2, B, T, D);
-            tokpos::set_stream_min_bytes(-1);
-            EXPECT_TRUE(std::equal(a.begin(), a.end(), b))
-                << "token " << int(te) << " pos " << int(pe) << " out " << int(oe) << " streamed "
-                << (stream_min == 0) << " offset " << offset_elems;
-          }
-        }
-  tokpos::set_num_threads(0);
+// ---- Every back end against the definitions written out here ----------------------
+
+// out(b, t) = round(widen(tok[row]) + widen(pos[pos])), row = id in [0, V) or
+// unk_id, pos = pos_ids(b, t) or start + t, computed with this file's formulas.
+TEST(Kernels, ForwardMeetsTheDefinition) {
+  const int64_t B = 3, T = 6, D = 7, V = 5, L = T + 6, start = 2, N = B * T, unk = 3;
+  const Table tok = make_table(V, D, D + 3, 31), pos = make_table(L, D, D + 1, 32);
+  auto ids = ids_mod(N, V, 33);
+  ids[2] = V, ids[4] = -1, ids[9] = V + 100, ids[13] = -7;
+  const auto pos_ids = ids_mod(N, L, 34);
+  for (const kn::KernelTable* be : kn::backends())
+    for (const Layout layout : kLayouts)
+      for (const IdCase& ic : kIdCases) {
+        const Ids id_view = make_ids(ids, B, T, layout, ic.ids, 0);
+        const Ids pos_view = make_ids(pos_ids, B, T, layout, ic.pos_ids.value_or(DType::kI64), 0);
+        const OutLayout ol = out_layout(layout, B, T, D);
+        for (const DType te : kFloatTypes)
+          for (const std::optional<DType> pe : {std::optional<DType>{}, std::optional(DType::kF32),
+                                                std::optional(DType::kBF16), std::optional(DType::kF16)})
+            for (const DType oe : kFloatTypes) {
+              const size_t bytes = static_cast<size_t>(ol.elems) * tokpos::dtype_size(oe);
+              Bytes want(bytes, 0, 0x5A), got(bytes, 0, 0x5A);
+              const kn::Rows tv = tok.view(te);
+              for (int64_t b = 0; b < B; ++b)
+                for (int64_t t = 0; t < T; ++t) {
+                  const int64_t id = logical(ids, layout, b, t, T);
+                  const int64_t row = id >= 0 && id < V ? id : unk;
+                  const int64_t p = ic.pos_ids ? logical(pos_ids, layout, b, t, T) : start + t;
+                  for (int64_t d = 0; d < D; ++d) {
+                    auto v = static_cast<float>(element(te, tv.data, static_cast<size_t>(row * tv.stride + d)));
+                    if (pe) {
+                      const kn::Rows pv = pos.view(*pe);
+                      v = v + static_cast<float>(element(*pe, pv.data, static_cast<size_t>(p * pv.stride + d)));
+                    }
+                    put(oe, want.data(), static_cast<size_t>(b * ol.sb + t * ol.st + d), v);
+                  }
+                }
+              kn::Gather g;
+              g.out = {got.data(), oe, ol.sb, ol.st};
+              g.ids = id_view.index;
+              g.V = V, g.unk_id = unk;
+              g.tok = tv;
+              if (pe) g.pos = pos.view(*pe);
+              if (ic.pos_ids) g.pos_ids = pos_view.index;
+              g.start = start;
+              g.B = B, g.T = T, g.D = D;
+              be->compose_forward(g, kn::Exec{});
+              EXPECT_TRUE(agrees(*be, want.data(), got.data(), static_cast<size_t>(ol.elems), oe))
+                  << layout_name(layout) << ", " << id_case_name(ic) << ", token " << tokpos::dtype_name(te)
+                  << " position " << (pe ? tokpos::dtype_name(*pe) : "none") << " out " << tokpos::dtype_name(oe);
+            }
+      }
 }
 
-TEST(Kernels, ConversionsAreExact) {
-  using tokpos::kernels::bf16_t;
-  using tokpos::kernels::f16_t;
-  // Every binary16 value widens to the float it denotes.
-  for (uint32_t h = 0; h < 0x10000; ++h) {
-    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    const float f = tokpos::kernels::to_f32(f16_t{static_cast<uint16_t>(h)});
-    if (e == 31) {
-      EXPECT_TRUE(m ? std::isnan(f) : std::isinf(f)) << h;
-      continue;
-    }
-    const double want =
-        (e == 0 ? std::ldexp(m, -24) : std::ldexp(m + 1024, e - 25)) * ((h & 0x8000) ? -1 : 1);
-    ASSERT_EQ(static_cast<double>(f), want) << std::hex << h;
-  }
-  // float -> bf16 rounds to nearest even.
-  EXPECT_EQ(tokpos::kernels::to_bf16(1.0f).bits, 0x3f80);
-  EXPECT_EQ(tokpos::kernels::to_bf16(std::bit_cast<float>(0x3f808000u)).bits, 0x3f80);  // tie -> even
-  EXPECT_EQ(tokpos::kernels::to_bf16(std::bit_cast<float>(0x3f818000u)).bits, 0x3f82);  // tie -> even (up)
-  EXPECT_EQ(tokpos::kernels::to_bf16(std::bit_cast<float>(0x3f808001u)).bits, 0x3f81);
-  EXPECT_TRUE(std::isnan(tokpos::kernels::to_f32(tokpos::kernels::to_bf16(std::nanf("")))));
+// x = (tok[row] + types[type]) + pos[pos] in that order, bit for bit; then
+// LayerNorm (x - mean) / sqrt(var + eps) * gamma + beta, statistics in double.
+TEST(Kernels, TypedMeetsTheDefinition) {
+  const int64_t B = 2, T = 5, D = 9, V = 6, L = 8, N = B * T, kTypes = 2;
+  const auto tok = wide_noise(static_cast<size_t>(V * D), 41), pos = wide_noise(static_cast<size_t>(L * D), 42),
+             types = wide_noise(static_cast<size_t>(kTypes * D), 43);
+  const auto gamma = noise(static_cast<size_t>(D), 44), beta = noise(static_cast<size_t>(D), 45);
+  auto ids = ids_mod(N, V, 46);
+  ids[3] = V + 1;  // UNK
+  const auto type_ids = ids_mod(N, kTypes, 47);
+  const double eps = 1e-3;
+  for (const kn::KernelTable* be : kn::backends())
+    for (const bool with_types : {false, true})
+      for (const bool layer_norm : {false, true}) {
+        std::vector<float> want(static_cast<size_t>(N * D)), got(static_cast<size_t>(N * D), -1.f);
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t row = ids[n] >= 0 && ids[n] < V ? ids[n] : 0, p = 1 + n % T;
+          for (int64_t d = 0; d < D; ++d) {
+            float x = tok[row * D + d];
+            if (with_types) x = x + types[type_ids[n] * D + d];
+            want[n * D + d] = x + pos[p * D + d];
+          }
+        }
+        kn::TypedGather tg;
+        tg.g.out = {got.data(), DType::kF32, T * D, D};
+        tg.g.ids = kn::Index::contiguous(ids.data(), T);
+        tg.g.V = V, tg.g.unk_id = 0;
+        tg.g.tok = {tok.data(), DType::kF32, D};
+        tg.g.pos = {pos.data(), DType::kF32, D};
+        tg.g.start = 1;
+        tg.g.B = B, tg.g.T = T, tg.g.D = D;
+        if (with_types) tg.type_ids = kn::Index::contiguous(type_ids.data(), T), tg.types = {types.data(), DType::kF32, D};
+        if (layer_norm) tg.gamma = gamma.data(), tg.beta = beta.data(), tg.eps = eps;
+        be->compose_typed(tg, kn::Exec{});
+        if (!layer_norm) {
+          EXPECT_TRUE(agrees(*be, want, got)) << "types " << with_types;
+          continue;
+        }
+        for (int64_t n = 0; n < N; ++n) {
+          double mean = 0, var = 0;
+          for (int64_t d = 0; d < D; ++d) mean += want[n * D + d];
+          mean /= D;
+          for (int64_t d = 0; d < D; ++d) var += (want[n * D + d] - mean) * (want[n * D + d] - mean);
+          var /= D;
+          for (int64_t d = 0; d < D; ++d) {
+            const double y = (want[n * D + d] - mean) / std::sqrt(var + eps) * gamma[d] + beta[d];
+            EXPECT_NEAR(got[n * D + d], y, 1e-5 * (1 + std::fabs(y)) + be->tolerance * std::fabs(y))
+                << be->name << " types " << with_types << " token " << n << " d " << d;
+          }
+        }
+      }
 }
 
 // The backward's summation order is part of its definition (kernels.h): check
-// it against an independent loop that states it, on a row used 200 times.
+// it against a loop written here that states it, on a row used 199 times
+// (blocks of 64: four of them) and a row used once, as the token target and as
+// the position target beside it.
 TEST(Kernels, BackwardBlocksHotRowsInFixedOrder) {
   const int64_t D = 5, V = 3, N = 200;
   std::vector<int64_t> rows(N, 1);
   rows[7] = 0;
-  const auto src = noise(N * D, 15);
-  std::vector<float> want(V * D, 0.5f);
+  const auto src = wide_noise(N * D, 15);
+  std::vector<float> want(V * D, 0.5f), one_at_a_time(V * D, 0.5f);
   for (int64_t d = 0; d < D; ++d) {
     std::vector<int64_t> list;
     for (int64_t i = 0; i < N; ++i)
@@ -203,17 +719,25 @@ TEST(Kernels, BackwardBlocksHotRowsInFixedOrder) {
       for (size_t k = b0 + 1; k < std::min(list.size(), b0 + 64); ++k) block += src[list[k] * D + d];
       want[1 * D + d] += block;
     }
+    for (const int64_t i : list) one_at_a_time[1 * D + d] += src[i * D + d];
     want[0 * D + d] += src[7 * D + d];
+    one_at_a_time[0 * D + d] += src[7 * D + d];
   }
-  for (int threads : {1, 2, 7}) {
-    tokpos::set_num_threads(threads);
-    for (const auto* k : {&tokpos::kernels::reference_kernels(), &tokpos::kernels::cpu_kernels()}) {
+  ASSERT_FALSE(bitwise_equal(want, one_at_a_time)) << "the data must tell the two orders apart";
+  const kn::RowGroups groups = kn::group_rows(rows.data(), N, V);
+  const kn::Source source{src.data(), N * D, D, 1, N, D};
+  for (const kn::KernelTable* be : kn::backends())
+    for (const int threads : kThreadCounts) {
+      kn::Workspace ws;
+      const kn::Exec ex{.threads = threads, .ws = &ws};
       std::vector<float> grad(V * D, 0.5f);
-      k->index_add_rows(grad.data(), src.data(), rows.data(), N, V, D);
-      EXPECT_TRUE(bitwise_equal(grad, want)) << k->name << " threads " << threads;
+      be->index_add_rows(target(grad, D, rows, groups, V), kn::GradTarget{}, source, ex);
+      EXPECT_TRUE(agrees(*be, want, grad)) << "threads " << threads;
+      std::vector<float> a(V * D, 0.5f), b(V * D, 0.5f);  // both targets, the b one hot
+      be->index_add_rows(target(a, D, rows, groups, V), target(b, D, rows, groups, V), source, ex);
+      EXPECT_TRUE(agrees(*be, want, a)) << "a target beside a hot b, threads " << threads;
+      EXPECT_TRUE(agrees(*be, want, b)) << "hot b target, threads " << threads;
     }
-  }
-  tokpos::set_num_threads(0);
 }
 
 // A row used at most 64 times takes its sources one at a time, in order:
@@ -231,40 +755,189 @@ TEST(Kernels, BackwardAddsFewSourcesOneAtATime) {
     blocked[D + d] = 1.0f + ((src[d] + src[D + d]) + src[2 * D + d]);
   }
   ASSERT_FALSE(bitwise_equal(want, blocked)) << "the data must tell the two orders apart";
-  for (const auto* k : {&tokpos::kernels::reference_kernels(), &tokpos::kernels::cpu_kernels()}) {
-    std::vector<float> grad(V * D, 1.0f);
-    k->index_add_rows(grad.data(), src.data(), rows.data(), N, V, D);
-    EXPECT_TRUE(bitwise_equal(grad, want)) << k->name;
-    std::vector<float> a(V * D, 1.0f), p(V * D, 1.0f);  // and as either half of index_add_rows2
-    k->index_add_rows2(a.data(), rows.data(), V, p.data(), rows.data(), V, src.data(), N, D);
-    EXPECT_TRUE(bitwise_equal(a, want) && bitwise_equal(p, want)) << k->name << " index_add_rows2";
-  }
+  const kn::RowGroups groups = kn::group_rows(rows.data(), N, V);
+  const kn::Source source{src.data(), N * D, D, 1, N, D};
+  for (const kn::KernelTable* be : kn::backends())
+    for (const int threads : kThreadCounts) {
+      std::vector<float> grad(V * D, 1.0f);
+      be->index_add_rows(target(grad, D, rows, groups, V), kn::GradTarget{}, source, {.threads = threads});
+      EXPECT_TRUE(agrees(*be, want, grad)) << "threads " << threads;
+      std::vector<float> a(V * D, 1.0f), p(V * D, 1.0f);  // and as either of two targets
+      be->index_add_rows(target(a, D, rows, groups, V), target(p, D, rows, groups, V), source, {.threads = threads});
+      EXPECT_TRUE(agrees(*be, want, a) && agrees(*be, want, p)) << be->name << " two targets, threads " << threads;
+      std::vector<float> q(V * D, 1.0f);
+      be->index_add_rows(kn::GradTarget{}, target(q, D, rows, groups, V), source, {.threads = threads});
+      EXPECT_TRUE(agrees(*be, want, q)) << "b target alone, threads " << threads;
+    }
 }
 
-// Called from inside an OpenMP team (nested regions get one thread), the
-// kernel still does every owner's share: the same bits as the reference.
+// ---- Threads, workspaces, grouping -------------------------------------------------
+
+// Called from inside an OpenMP team (nested regions get one thread), a kernel
+// still does every owner's share: the same bits as the reference.
 TEST(Kernels, FusedBackwardInsideAnOuterParallelRegion) {
   const int64_t B = 4, T = 300, D = 400, V = 37, L = T, N = B * T;  // N*D: 7 threads asked for
   const auto d_out = noise(N * D, 20);
   const auto ids = ids_mod(N, V, 21);
   std::vector<int64_t> pos(N);
   for (int64_t n = 0; n < N; ++n) pos[n] = n % T;
+  const kn::RowGroups id_groups = kn::group_rows(ids.data(), N, V), pos_groups = kn::group_rows(pos.data(), N, L);
+  const kn::Source source{d_out.data(), T * D, D, B, T, D};
   std::vector<float> want_t = noise(V * D, 22), want_p = noise(L * D, 23);
-  tokpos::kernels::reference_kernels().index_add_rows2(want_t.data(), ids.data(), V, want_p.data(), pos.data(),
-                                                       L, d_out.data(), N, D);
-  tokpos::set_num_threads(7);
-  std::vector<std::vector<float>> got_t(2, noise(V * D, 22)), got_p(2, noise(L * D, 23));
+  kn::reference_kernels().index_add_rows(target(want_t, D, ids, id_groups, V), target(want_p, D, pos, pos_groups, L),
+                                         source, kn::Exec{});
+  for (const kn::KernelTable* be : candidates()) {
+    std::vector<std::vector<float>> got_t(2, noise(V * D, 22)), got_p(2, noise(L * D, 23));
+    std::vector<kn::Workspace> ws(2);
 #pragma omp parallel for num_threads(2)
-  for (int k = 0; k < 2; ++k) {
-    tokpos::kernels::cpu_kernels().index_add_rows2(got_t[k].data(), ids.data(), V, got_p[k].data(), pos.data(),
-                                                   L, d_out.data(), N, D);
-  }
-  tokpos::set_num_threads(0);
-  for (int k = 0; k < 2; ++k) {
-    EXPECT_TRUE(bitwise_equal(got_t[k], want_t)) << "token gradient, outer thread " << k;
-    EXPECT_TRUE(bitwise_equal(got_p[k], want_p)) << "position gradient, outer thread " << k;
+    for (int k = 0; k < 2; ++k) {
+      be->index_add_rows(target(got_t[k], D, ids, id_groups, V), target(got_p[k], D, pos, pos_groups, L), source,
+                         {.threads = 7, .ws = k == 1 ? &ws[1] : nullptr});
+    }
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_TRUE(agrees(*be, want_t, got_t[k])) << "token gradient, outer thread " << k;
+      EXPECT_TRUE(agrees(*be, want_p, got_p[k])) << "position gradient, outer thread " << k;
+    }
   }
 }
+
+// The same for the forward, streamed.
+TEST(Kernels, ForwardInsideAnOuterParallelRegion) {
+  const int64_t B = 4, T = 300, D = 400, V = 37, L = T, N = B * T;
+  const auto tok = noise(V * D, 24), pos = noise(L * D, 25);
+  const auto ids = ids_mod(N, V, 26);
+  kn::Gather g;
+  g.ids = kn::Index::contiguous(ids.data(), T);
+  g.V = V;
+  g.tok = {tok.data(), DType::kF32, D};
+  g.pos = {pos.data(), DType::kF32, D};
+  g.B = B, g.T = T, g.D = D;
+  std::vector<float> want(N * D);
+  g.out = {want.data(), DType::kF32, T * D, D};
+  kn::reference_kernels().compose_forward(g, kn::Exec{});
+  for (const kn::KernelTable* be : candidates()) {
+    std::vector<std::vector<float>> got(2, std::vector<float>(N * D, -1.f));
+#pragma omp parallel for num_threads(2)
+    for (int k = 0; k < 2; ++k) {
+      kn::Gather mine = g;
+      mine.out.data = got[k].data();
+      be->compose_forward(mine, {.threads = 7, .stream_min_bytes = kAlwaysStream});
+    }
+    for (int k = 0; k < 2; ++k) EXPECT_TRUE(agrees(*be, want, got[k])) << "outer thread " << k;
+  }
+}
+
+// One workspace reused across calls of growing and shrinking size gives the
+// bits of calls without one; the cpu back end keeps its scratch in it; release() frees it.
+TEST(Kernels, WorkspaceIsReusedAndReleased) {
+  const kn::KernelTable& cpu = kn::cpu_kernels();
+  kn::Workspace ws;
+  EXPECT_EQ(ws.bytes(), 0u);
+  for (const kn::KernelTable* be : candidates()) {
+    const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> shapes{
+        {70, 20, 300, 3}, {1, 5, 8, 1000}, {2, 700, 200, 9}, {3, 4, 5, 2}};  // (B, T, D, V)
+    for (const auto& [B, T, D, V] : shapes) {
+      const int64_t N = B * T, L = T;
+      const SourceBuf source = make_source(B, T, D, Layout::kContiguous, 50);
+      const auto ids = ids_mod(N, V, 51);
+      std::vector<int64_t> pos(N);
+      for (int64_t n = 0; n < N; ++n) pos[n] = n % T;
+      const kn::RowGroups ig = kn::group_rows(ids.data(), N, V), pg = kn::group_rows(pos.data(), N, L);
+      for (const int threads : kThreadCounts) {
+        std::vector<float> a0 = wide_noise(V * D, 52), p0 = wide_noise(L * D, 53), a1 = a0, p1 = p0;
+        be->index_add_rows(target(a0, D, ids, ig, V), target(p0, D, pos, pg, L), source.src, {.threads = threads});
+        be->index_add_rows(target(a1, D, ids, ig, V), target(p1, D, pos, pg, L), source.src,
+                           {.threads = threads, .ws = &ws});
+        EXPECT_TRUE(bitwise_equal(a0, a1) && bitwise_equal(p0, p1))
+            << be->name << " B " << B << " T " << T << " threads " << threads;
+        if (be == &cpu) {
+          EXPECT_GT(ws.bytes(), 0u);
+        }
+      }
+    }
+    ws.release();
+    EXPECT_EQ(ws.bytes(), 0u);
+  }
+}
+
+// group_rows: the counting sort (V <= 4N) and the comparison sort (V > 4N)
+// give the same groups, which are the rows in increasing order, each with its
+// sources in increasing i; rows < 0 are left out.
+TEST(Kernels, GroupRowsCountingAndComparisonSortAgree) {
+  auto expected = [](const std::vector<int64_t>& rows, int64_t R) {
+    kn::RowGroups g;
+    for (int64_t v = 0; v < R; ++v) {
+      const auto before = static_cast<int64_t>(g.order.size());
+      for (size_t i = 0; i < rows.size(); ++i)
+        if (rows[i] == v) g.order.push_back(static_cast<int64_t>(i));
+      if (static_cast<int64_t>(g.order.size()) > before) g.rows.push_back(v), g.start.push_back(before);
+    }
+    g.start.push_back(static_cast<int64_t>(g.order.size()));
+    return g;
+  };
+  const int64_t R = 10;  // rows in [0, R)
+  for (const int64_t N : {3, 7, 100, 1000, 5000}) {
+    auto rows = ids_mod(N, R, static_cast<uint64_t>(N));
+    for (int64_t i = 0; i < N; i += 5) rows[i] = -1;
+    if (N > 3) rows[3] = -9;
+    const kn::RowGroups want = expected(rows, R);
+    const kn::RowGroups counting = kn::group_rows(rows.data(), N, 4 * N);    // V <= 4N
+    const kn::RowGroups sorting = kn::group_rows(rows.data(), N, 4 * N + 1);  // V > 4N
+    for (const auto* got : {&counting, &sorting}) {
+      EXPECT_EQ(got->order, want.order) << "N " << N;
+      EXPECT_EQ(got->rows, want.rows) << "N " << N;
+      EXPECT_EQ(got->start, want.start) << "N " << N;
+    }
+    int64_t most = 0;
+    for (size_t g = 0; g < want.rows.size(); ++g) {
+      EXPECT_EQ(counting.sources(g), want.start[g + 1] - want.start[g]);
+      most = std::max(most, want.start[g + 1] - want.start[g]);
+    }
+    EXPECT_EQ(counting.max_sources(), most);
+    EXPECT_EQ(sorting.max_sources(), most);
+  }
+  // Nothing to group: no rows, one start.
+  const std::vector<int64_t> padding{-1, -1, -1};
+  for (const int64_t V : {1, 100}) {
+    const auto none = kn::group_rows(padding.data(), 3, V);
+    EXPECT_TRUE(none.order.empty() && none.rows.empty()) << V;
+    EXPECT_EQ(none.start, std::vector<int64_t>{0}) << V;
+    EXPECT_EQ(none.max_sources(), 0);
+    const auto empty = kn::group_rows(nullptr, 0, V);
+    EXPECT_TRUE(empty.order.empty() && empty.rows.empty()) << V;
+    EXPECT_EQ(empty.start, std::vector<int64_t>{0}) << V;
+  }
+}
+
+TEST(Kernels, ThreadsForAGrainOfWork) {
+  EXPECT_EQ(kn::threads_for({.threads = 7}, 1000), 1);
+  EXPECT_EQ(kn::threads_for({.threads = 7}, int64_t{1} << 30), 7);
+  EXPECT_EQ(kn::threads_for({.threads = 1}, int64_t{1} << 30), 1);
+  EXPECT_EQ(kn::threads_for({.threads = 0}, int64_t{1} << 30), 1);
+  for (int64_t work = 1; work < (int64_t{1} << 24); work = work * 3 + 1) {
+    const int t = kn::threads_for({.threads = 7}, work);
+    EXPECT_GE(t, 1);
+    EXPECT_LE(t, 7);
+  }
+}
+
+TEST(Kernels, ActiveIsTheCpuBackEnd) {
+  EXPECT_STREQ(kn::active_kernels().name, "cpu");
+  EXPECT_EQ(&kn::active_kernels(), &kn::cpu_kernels());
+  EXPECT_STREQ(kn::reference_kernels().name, "reference");
+  EXPECT_EQ(kn::reference_kernels().tolerance, 0.0);
+  const auto all = kn::backends();
+  ASSERT_GE(all.size(), 2u);
+  EXPECT_EQ(all[0], &kn::reference_kernels()) << "the reference comes first";
+  EXPECT_NE(std::find(all.begin(), all.end(), &kn::cpu_kernels()), all.end());
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_TRUE(all[i]->compose_forward && all[i]->compose_typed && all[i]->index_add_rows) << all[i]->name;
+    EXPECT_GE(all[i]->tolerance, 0.0) << all[i]->name;
+    for (size_t j = 0; j < i; ++j) EXPECT_STRNE(all[i]->name, all[j]->name);
+  }
+}
+
+// ---- The streaming threshold ------------------------------------------------------
 
 TEST(Kernels, StreamMinBytesSetting) {
   const int64_t by_default = tokpos::stream_min_bytes();
@@ -285,9 +958,142 @@ TEST(Kernels, StreamMinBytesFromTheEnvironment) {
   EXPECT_EQ(tokpos::stream_min_bytes(), std::atoll(env));
 }
 
-TEST(Kernels, ActiveIsTheCpuBackEnd) {
-  EXPECT_STREQ(tokpos::kernels::active_kernels().name, "cpu");
-  EXPECT_STREQ(tokpos::kernels::reference_kernels().name, "reference");
+// ---- Conversions (common/convert.h) -------------------------------------------------
+
+// Every binary16 value widens to the float it denotes.
+TEST(Kernels, ConversionsAreExact) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const float f = fp::to_f32(fp::f16_t{static_cast<uint16_t>(h)});
+    if (e == 31) {
+      EXPECT_TRUE(m ? std::isnan(f) : std::isinf(f)) << h;
+      EXPECT_EQ(std::signbit(f), (h & 0x8000) != 0) << h;
+      continue;
+    }
+    const double want = (e == 0 ? std::ldexp(m, -24) : std::ldexp(m + 1024, e - 25)) * ((h & 0x8000) ? -1 : 1);
+    ASSERT_EQ(static_cast<double>(f), want) << std::hex << h;
+    ASSERT_EQ(std::signbit(f), (h & 0x8000) != 0) << std::hex << h;  // -0 too
+    EXPECT_EQ(fp::to_f16(f).bits, h) << std::hex << h;                // and back
+  }
+  // Every bfloat16 value widens to the float it denotes.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const double want = bf16_value(static_cast<uint16_t>(h));
+    const float f = fp::to_f32(fp::bf16_t{static_cast<uint16_t>(h)});
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(f)) << h;
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(f), want) << std::hex << h;
+    EXPECT_EQ(fp::to_bf16(f).bits, h) << std::hex << h;
+  }
+}
+
+// Inputs that probe a rounding to a 16-bit format: every value of the format
+// (as float; `value` widens bits), its float neighbours, the midpoints to the
+// next value and their float neighbours, and random float bit patterns.
+std::vector<float> rounding_probes(double (*value)(uint16_t)) {
+  std::vector<float> xs;
+  auto with_neighbours = [&](float x) {
+    xs.push_back(x);
+    xs.push_back(std::nextafter(x, HUGE_VALF));
+    xs.push_back(std::nextafter(x, -HUGE_VALF));
+  };
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const double v = value(static_cast<uint16_t>(h));
+    if (!std::isfinite(v)) continue;
+    with_neighbours(static_cast<float>(v));
+    // The next value away from zero (the one past the largest finite: 2^(emax+1)).
+    const double next = value(static_cast<uint16_t>(h + 1));
+    const double up = std::isfinite(next) ? next : std::ldexp(v >= 0 ? 1.0 : -1.0, std::ilogb(v) + 1);
+    if ((h & 0x7fff) != 0x7fff) with_neighbours(static_cast<float>((v + up) / 2));  // exact in float
+  }
+  uint64_t s = 0x2545F4914F6CDD1Dull;
+  for (int i = 0; i < (1 << 21); ++i) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    xs.push_back(std::bit_cast<float>(static_cast<uint32_t>(s)));
+  }
+  for (const float x : {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-40f, 0x1p-126f, 0x1p-25f, 0x1.000002p-25f, 0x1.8p-24f,
+                        0x1p-24f, 65504.0f, 65519.996f, 65520.0f, 65536.0f, 1e5f, 3.4028235e38f, -3.4028235e38f,
+                        HUGE_VALF, -HUGE_VALF})
+    xs.push_back(x);
+  return xs;
+}
+
+// float -> binary16 rounds to nearest even (nearest_bits, by exact
+// arithmetic, and _Float16 where the compiler has it), subnormals included;
+// from 65520 on: Inf; NaN: the quiet NaN 0x7e00 with the sign; +-0 kept.
+TEST(Kernels, F32ToF16RoundsToNearestEven) {
+  EXPECT_EQ(fp::to_f16(0.0f).bits, 0x0000);
+  EXPECT_EQ(fp::to_f16(-0.0f).bits, 0x8000);
+  EXPECT_EQ(fp::to_f16(1.0f).bits, 0x3c00);
+  EXPECT_EQ(fp::to_f16(1.0f + 0x1p-11f).bits, 0x3c00);       // tie -> even (down)
+  EXPECT_EQ(fp::to_f16(1.0f + 3 * 0x1p-11f).bits, 0x3c02);   // tie -> even (up)
+  EXPECT_EQ(fp::to_f16(0x1p-25f).bits, 0x0000);              // half the smallest subnormal: tie -> 0
+  EXPECT_EQ(fp::to_f16(0x1.000002p-25f).bits, 0x0001);       // just above it
+  EXPECT_EQ(fp::to_f16(0x1.8p-24f).bits, 0x0002);            // 1.5 subnormal ulps: tie -> even (up)
+  EXPECT_EQ(fp::to_f16(65504.0f).bits, 0x7bff);              // the largest finite
+  EXPECT_EQ(fp::to_f16(65519.996f).bits, 0x7bff);            // just below the overflow midpoint
+  EXPECT_EQ(fp::to_f16(65520.0f).bits, 0x7c00);              // the midpoint: to even, which is Inf
+  EXPECT_EQ(fp::to_f16(-1e9f).bits, 0xfc00);
+  EXPECT_EQ(fp::to_f16(HUGE_VALF).bits, 0x7c00);
+  EXPECT_EQ(fp::to_f16(std::numeric_limits<float>::quiet_NaN()).bits, 0x7e00);
+  EXPECT_EQ(fp::to_f16(-std::numeric_limits<float>::quiet_NaN()).bits, 0xfe00);
+  for (const uint32_t nan : {0x7f800001u, 0x7fbfffffu, 0x7fc00000u, 0x7fffffffu, 0xff800001u, 0xffc12345u})
+    EXPECT_EQ(fp::to_f16(std::bit_cast<float>(nan)).bits, (nan >> 16 & 0x8000) | 0x7e00) << std::hex << nan;
+
+  // GCC vectors of 16 lanes, as the streaming forward instantiates convert.h's template.
+  typedef uint32_t u32x16 __attribute__((vector_size(64)));
+  typedef float f32x16 __attribute__((vector_size(64)));
+  const auto xs = rounding_probes(f16_value);
+  int64_t wrong = 0, wrong_vector = 0, wrong_float16 = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float x = xs[i];
+    const uint16_t got = fp::to_f16(x).bits;
+    const uint16_t want = std::isnan(x) ? static_cast<uint16_t>((std::bit_cast<uint32_t>(x) >> 16 & 0x8000) | 0x7e00)
+                                        : nearest_f16(x);
+    if (got != want && wrong++ < 10) ADD_FAILURE() << std::hexfloat << x << ": want 0x" << std::hex << want << " got 0x" << got;
+#if defined(__FLT16_MANT_DIG__)
+    const auto native = std::bit_cast<uint16_t>(static_cast<_Float16>(x));
+    const bool same = std::isnan(x) ? (got & 0x7c00) == 0x7c00 && (got & 0x3ff) != 0 : native == got;
+    if (!same && wrong_float16++ < 10)
+      ADD_FAILURE() << std::hexfloat << x << ": _Float16 gives 0x" << std::hex << native << ", to_f16 0x" << got;
+#endif
+    if (i % 16 == 15) {
+      f32x16 v;
+      std::memcpy(&v, &xs[i - 15], sizeof v);
+      const u32x16 bits = fp::f32_to_f16_bits<u32x16, f32x16>(v);
+      for (int lane = 0; lane < 16; ++lane)
+        if (bits[lane] != fp::to_f16(xs[i - 15 + lane]).bits && wrong_vector++ < 10)
+          ADD_FAILURE() << "vector lane " << lane << ": " << std::hexfloat << xs[i - 15 + lane];
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << xs.size();
+  EXPECT_EQ(wrong_vector, 0) << "of " << xs.size();
+  EXPECT_EQ(wrong_float16, 0) << "of " << xs.size();
+}
+
+// float -> bfloat16 rounds to nearest even; NaN stays NaN (quiet).
+TEST(Kernels, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(fp::to_bf16(1.0f).bits, 0x3f80);
+  EXPECT_EQ(fp::to_bf16(std::bit_cast<float>(0x3f808000u)).bits, 0x3f80);  // tie -> even
+  EXPECT_EQ(fp::to_bf16(std::bit_cast<float>(0x3f818000u)).bits, 0x3f82);  // tie -> even (up)
+  EXPECT_EQ(fp::to_bf16(std::bit_cast<float>(0x3f808001u)).bits, 0x3f81);
+  EXPECT_EQ(fp::to_bf16(std::bit_cast<float>(0x7f7fffffu)).bits, 0x7f80);  // FLT_MAX rounds to Inf
+  EXPECT_EQ(fp::to_bf16(-0.0f).bits, 0x8000);
+  EXPECT_TRUE(std::isnan(fp::to_f32(fp::to_bf16(std::nanf("")))));
+  for (const uint32_t nan : {0x7f800001u, 0x7fc00000u, 0xff800001u, 0x7fffffffu}) {
+    const uint16_t b = fp::to_bf16(std::bit_cast<float>(nan)).bits;
+    EXPECT_TRUE((b & 0x7f80) == 0x7f80 && (b & 0x40)) << std::hex << nan << " -> " << b;
+    EXPECT_EQ(b & 0x8000, nan >> 16 & 0x8000) << std::hex << nan;
+  }
+  const auto xs = rounding_probes(bf16_value);
+  int64_t wrong = 0;
+  for (const float x : xs) {
+    if (std::isnan(x)) continue;
+    const uint16_t got = fp::to_bf16(x).bits, want = nearest_bf16(x);
+    if (got != want && wrong++ < 10) ADD_FAILURE() << std::hexfloat << x << ": want 0x" << std::hex << want << " got 0x" << got;
+  }
+  EXPECT_EQ(wrong, 0) << "of " << xs.size();
 }
 
 }  // namespace
