@@ -1821,4 +1821,67 @@ TEST(OpsCpp, ComposeTypedForwardAddsInOrderWithoutLayerNorm) {
     }
 }
 
+TEST(OpsCpp, ContextChoosesTheBackEndWithTheSameBits) {
+  const int64_t B = 3, T = 70, V = 11, L = 80, D = 20;  // a hot row: V = 11 over 210 tokens
+  const auto ids = randint(B * T, 0, V, 120);
+  const auto tokf = noise(V * D, 121), posf = noise(L * D, 122), dout = noise(B * T * D, 123);
+  const TensorView iv(ids.data(), DType::kI64, {B, T}), tt(tokf.data(), DType::kF32, {V, D}),
+      pt(posf.data(), DType::kF32, {L, D}), dv(dout.data(), DType::kF32, {B, T, D});
+  tokpos::Context cpu, ref;
+  EXPECT_STREQ(cpu.backend(), "cpu");
+  ref.set_backend("reference").set_num_threads(3);
+  EXPECT_STREQ(ref.backend(), "reference");
+  const ops::RowPlan plan(iv, V, nullptr, 2);
+  std::vector<float> out_cpu(B * T * D), out_ref(B * T * D, -1.0f);
+  ops::compose_forward(TensorView(out_cpu.data(), DType::kF32, {B, T, D}), plan, tt, pt.get(), &cpu);
+  ops::compose_forward(TensorView(out_ref.data(), DType::kF32, {B, T, D}), plan, tt, pt.get(), &ref);
+  EXPECT_TRUE(equal_bits(out_cpu, out_ref));
+  auto g_cpu = noise(V * D, 124), p_cpu = noise(L * D, 125);
+  auto g_ref = g_cpu, p_ref = p_cpu;
+  ops::compose_backward(TensorView(g_cpu.data(), DType::kF32, {V, D}).get(),
+                        TensorView(p_cpu.data(), DType::kF32, {L, D}).get(), dv, plan, &cpu);
+  ops::compose_backward(TensorView(g_ref.data(), DType::kF32, {V, D}).get(),
+                        TensorView(p_ref.data(), DType::kF32, {L, D}).get(), dv, plan, &ref);
+  EXPECT_TRUE(equal_bits(g_cpu, g_ref));
+  EXPECT_TRUE(equal_bits(p_cpu, p_ref));
+  try {
+    ref.set_backend("gpu");
+    ADD_FAILURE() << "an unknown back end was accepted";
+  } catch (const tokpos::Error& e) {
+    EXPECT_EQ(e.status(), tokpos::Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'gpu'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("reference"), std::string::npos) << e.what();
+  }
+  EXPECT_STREQ(ref.backend(), "reference");  // unchanged by the refused call
+}
+
+TEST(OpsCpp, RowPlanUsedWithAnotherTableIsRefused) {
+  const int64_t B = 1, T = 4, V = 10, D = 3;
+  const std::vector<int64_t> ids = {1, 2, 9, 0};
+  const TensorView iv(ids.data(), DType::kI64, {B, T});
+  const ops::RowPlan plan(iv, V, nullptr, 5);  // positions 5 .. 8
+  EXPECT_EQ(plan.position_limit(), 9);
+  const auto tok9 = noise(9 * D, 130), pos8 = noise(8 * D, 131);
+  std::vector<float> out(B * T * D, 7.0f);
+  const auto before = out;
+  const TensorView o(out.data(), DType::kF32, {B, T, D}), t9(tok9.data(), DType::kF32, {9, D}),
+      p8(pos8.data(), DType::kF32, {8, D});
+  try {
+    ops::compose_forward(o, plan, t9, nullptr);
+    ADD_FAILURE() << "a plan for V = 10 was used with 9 rows";
+  } catch (const tokpos::Error& e) {
+    EXPECT_EQ(e.status(), tokpos::Status::kShapeMismatch);
+    EXPECT_NE(std::string(e.what()).find("V = 10"), std::string::npos) << e.what();
+  }
+  const auto tok10 = noise(10 * D, 132);
+  try {
+    ops::compose_forward(o, plan, TensorView(tok10.data(), DType::kF32, {10, D}), p8.get());
+    ADD_FAILURE() << "position 8 was read from an 8-row table";
+  } catch (const tokpos::Error& e) {
+    EXPECT_EQ(e.status(), tokpos::Status::kPositionOutOfRange);
+    EXPECT_NE(std::string(e.what()).find("position 8 at (b=0, t=3)"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(equal_bits(out, before));
+}
+
 }  // namespace

@@ -20,14 +20,15 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "tokpos/dtype.h"
 #include "tokpos/export.h"
 
 namespace tokpos {
 
-// How a call runs: the thread count, when the forward streams its output,
-// and scratch space the backward keeps between calls (so a training loop
+// How a call runs: the kernel back end, the thread count, when the forward
+// streams its output, and scratch space the backward keeps between calls (so a training loop
 // does not allocate its plan buffers every step). The process-wide settings
 // (threading.h) are the defaults. One Context serves one thread at a time;
 // give each thread its own.
@@ -47,6 +48,13 @@ class TOKPOS_API Context {
   // default): tokpos::stream_min_bytes() at call time.
   Context& set_stream_min_bytes(int64_t bytes);
   int64_t stream_min_bytes() const;  // resolved
+
+  // The kernel back end the ops run: "cpu" (the default) or "reference"
+  // (plain loops, the definition; slow). Every back end gives the same bits
+  // or stays within the tolerance it declares. An unknown name is
+  // Error(kInvalidArgument) listing the known ones.
+  Context& set_backend(std::string_view name);
+  const char* backend() const;
 
   // Bytes of scratch kept for the next backward; release_scratch frees them.
   size_t scratch_bytes() const;

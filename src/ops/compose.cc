@@ -242,7 +242,7 @@ void run_forward(const View& out, const RowPlan::Impl* plan, const Batch* batch,
     g.unk_id = std::max<int64_t>(unk_id, 0);
   }
   if (g.B == 0 || g.T == 0 || g.D == 0) return;
-  kernels::active_kernels().compose_forward(g, detail::exec_for(ctx, false));
+  detail::kernels_for(ctx).compose_forward(g, detail::exec_for(ctx, false));
 }
 
 // Validates the backward's gradients against d_out and each other.
@@ -278,7 +278,7 @@ void run_backward(const Grads& g, const RowPlan::Impl& p, Context* ctx) {
   Context local;
   Context* c = ctx != nullptr ? ctx : &local;
   allocating(kBackward, "the backward's workspace", [&] {
-    kernels::active_kernels().index_add_rows(a, b, src, detail::exec_for(c, true));
+    detail::kernels_for(c).index_add_rows(a, b, src, detail::exec_for(c, true));
     return 0;
   });
 }
@@ -414,7 +414,7 @@ void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTen
   if (p.B * p.T == 0 || D == 0) return;
   if (g.present && (g.strides[0] != 1 || bt.strides[0] != 1) && D > 1)
     fail(Status::kInvalidArgument, where, "gamma and beta must be contiguous");
-  kernels::active_kernels().compose_typed(tg, detail::exec_for(ctx, false));
+  detail::kernels_for(ctx).compose_typed(tg, detail::exec_for(ctx, false));
 }
 
 // ---- Backward ------------------------------------------------------------------
@@ -491,7 +491,7 @@ void token_gradient_rows(const DLTensor& values, const DLTensor& d_out, const Ro
   Context local;
   Context* c = ctx != nullptr ? ctx : &local;
   allocating(where, "the backward's workspace", [&] {
-    kernels::active_kernels().index_add_rows(a, {}, source_of(dout, p.B, p.T, D), detail::exec_for(c, true));
+    detail::kernels_for(c).index_add_rows(a, {}, source_of(dout, p.B, p.T, D), detail::exec_for(c, true));
     return 0;
   });
 }

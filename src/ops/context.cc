@@ -1,6 +1,7 @@
 #include "ops/context.h"
 
 #include <algorithm>
+#include <string>
 
 #include "common/check.h"
 #include "tokpos/ops.h"
@@ -27,11 +28,28 @@ Context& Context::set_stream_min_bytes(int64_t bytes) {
 int64_t Context::stream_min_bytes() const {
   return stream_min_bytes_ >= 0 ? stream_min_bytes_ : tokpos::stream_min_bytes();
 }
+Context& Context::set_backend(std::string_view name) {
+  std::string known;
+  for (const kernels::KernelTable* k : kernels::backends()) {
+    if (name == k->name) {
+      scratch().backend = k;
+      return *this;
+    }
+    known += known.empty() ? "" : ", ";
+    known += k->name;
+  }
+  tokpos::detail::fail(Status::kInvalidArgument, "Context::set_backend", "no back end named '", name,
+                       "' (known: ", known, ")");
+}
+const char* Context::backend() const {
+  return ops::detail::kernels_for(this).name;
+}
+
 size_t Context::scratch_bytes() const {
   return scratch_ ? scratch_->ws.bytes() : 0;
 }
 void Context::release_scratch() {
-  if (scratch_) scratch_->ws.release();
+  if (scratch_) scratch_->ws.release();  // the back end choice stays
 }
 Context::Scratch& Context::scratch() const {
   if (!scratch_) scratch_ = std::make_unique<Scratch>();
@@ -46,6 +64,11 @@ kernels::Exec exec_for(const Context* ctx, bool with_scratch) {
   ex.stream_min_bytes = ctx ? ctx->stream_min_bytes() : tokpos::stream_min_bytes();
   ex.ws = (ctx && with_scratch) ? &ctx->scratch().ws : nullptr;
   return ex;
+}
+
+const kernels::KernelTable& kernels_for(const Context* ctx) {
+  if (ctx != nullptr && ctx->scratch().backend != nullptr) return *ctx->scratch().backend;
+  return kernels::active_kernels();
 }
 
 }  // namespace ops::detail
