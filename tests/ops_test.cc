@@ -1884,4 +1884,15 @@ TEST(OpsCpp, RowPlanUsedWithAnotherTableIsRefused) {
   EXPECT_TRUE(equal_bits(out, before));
 }
 
+TEST(OpsCpp, EmptyTensorsBesideHugeDimensionsAreEmpty) {
+  // A zero dimension beside dimensions whose product overflows int64: the
+  // tensor is empty, touches no memory, and the call succeeds.
+  const int64_t big = int64_t{1} << 40;
+  const std::vector<float> tok(4 * 3);
+  const TensorView ids(nullptr, DType::kI64, {0, big}), out(nullptr, DType::kF32, {0, big, 3}),
+      tt(tok.data(), DType::kF32, {4, 3});
+  EXPECT_NO_THROW(ops::compose_forward(out, ids, tt));
+  EXPECT_NO_THROW(ops::compose_backward(nullptr, nullptr, out, ids));
+}
+
 }  // namespace

@@ -132,10 +132,12 @@ View check_tensor(const char* where, const char* name, const DLTensor* t, Role r
   v.numel = numel;
   // Strides in elements: NULL is row-major contiguous.
   if (t->strides == nullptr) {
+    // An empty tensor touches no memory: its strides never matter, and the
+    // products of its other dimensions may not fit int64.
     int64_t s = 1;
     for (int i = v.ndim - 1; i >= 0; --i) {
-      v.strides[i] = s;
-      s *= std::max<int64_t>(v.shape[i], 1);  // cannot overflow: bounded by numel (or 1 per empty dim)
+      v.strides[i] = numel == 0 ? 0 : s;
+      if (numel != 0) s *= v.shape[i];  // a partial product of numel > 0: fits int64
     }
   } else {
     for (int i = 0; i < v.ndim; ++i) {
