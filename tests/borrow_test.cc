@@ -20,6 +20,7 @@
 #include "tokpos/presets.h"
 #include "tokpos/safetensors.h"
 #include "tokpos/token_embedding.h"
+#include "expect_error.h"
 
 namespace {
 
@@ -41,17 +42,7 @@ bool same_bytes(const std::vector<float>& a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// Runs f, which must throw tokpos::Error with `status` and every piece in its message.
-template <typename F>
-void expect_error(F&& f, tokpos::Status status, std::initializer_list<std::string> pieces) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const tokpos::Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    for (const auto& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
+using tokpos::testing::expect_error;
 
 TEST(Borrow, TokenTableIsTheCallersBufferAndForwardMatchesFromPretrained) {
   const auto buffer = noise(kV * kD, 1);

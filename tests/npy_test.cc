@@ -11,6 +11,7 @@
 
 #include "tokpos/error.h"
 #include "tokpos/npy.h"
+#include "expect_error.h"
 
 namespace {
 
@@ -18,17 +19,7 @@ std::string scratch(const char* name) {
   return ::testing::TempDir() + name;
 }
 
-// Runs f, which must throw tokpos::Error with `status` and every piece in its message.
-template <typename F>
-void expect_error(F&& f, tokpos::Status status, std::initializer_list<std::string> pieces) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const tokpos::Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    for (const auto& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
+using tokpos::testing::expect_error;
 
 // A .npy file (version 1) with this header and `data` bytes after it.
 void write_raw(const std::string& path, const std::string& header, size_t data, char version = 1) {

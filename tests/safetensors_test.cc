@@ -17,6 +17,7 @@
 #include "tokpos/error.h"
 #include "tokpos/presets.h"
 #include "tokpos/safetensors.h"
+#include "expect_error.h"
 
 namespace {
 
@@ -27,17 +28,7 @@ std::string scratch(const std::string& name) {
   return ::testing::TempDir() + name;
 }
 
-// Runs f, which must throw tokpos::Error with `status` and every piece in its message.
-template <typename F>
-void expect_error(F&& f, tokpos::Status status, std::initializer_list<std::string> pieces) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const tokpos::Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    for (const auto& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
+using tokpos::testing::expect_error;
 
 // A damaged file is kCorruptFile, and the message names the file and what is wrong.
 void expect_open_error(const std::string& file, std::initializer_list<std::string> pieces) {

@@ -220,6 +220,24 @@ void check_plan_vocab(const char* where, const View& table, const RowPlan::Impl&
          p.V);
 }
 
+// A forward's out, token_table and pos_table (optional): each checked, their
+// D agreed, out apart from both tables.
+struct ForwardTensors {
+  View out, tok, pos;
+};
+ForwardTensors check_forward_tensors(const char* where, const DLTensor& out, const DLTensor& token_table,
+                                     const DLTensor* pos_table) {
+  ForwardTensors f;
+  f.out = check_tensor(where, "out", &out, Role::kOutput, {2, 3});
+  f.tok = check_tensor(where, "token_table", &token_table, Role::kTable, {2});
+  f.pos = check_tensor(where, "pos_table", pos_table, Role::kTable, {2}, true);
+  check_table_width(where, f.tok, f.out.last(), "out");
+  check_table_width(where, f.pos, f.out.last(), "out");
+  check_no_overlap(where, f.out, f.tok);
+  check_no_overlap(where, f.out, f.pos);
+  return f;
+}
+
 void run_forward(const View& out, const RowPlan::Impl* plan, const Batch* batch, const View& tok, const View& pos,
                  int64_t start, int64_t unk_id, const Context* ctx) {
   kernels::Gather g;
@@ -322,15 +340,10 @@ void compose_forward(const DLTensor& out, const DLTensor& ids, const DLTensor& t
                      const DLTensor* position_ids, int64_t start, const LookupOptions& o, const Context* ctx) {
   const char* where = where_of(o, kForward);
   const Batch b = check_batch(where, &ids, position_ids);
-  const View vout = check_tensor(where, "out", &out, Role::kOutput, {2, 3});
+  const auto [vout, tok, pos] = check_forward_tensors(where, out, token_table, pos_table);
   check_rows_shape(where, vout, b);
-  const int64_t D = vout.last();
-  const View tok = check_tensor(where, "token_table", &token_table, Role::kTable, {2});
-  const View pos = check_tensor(where, "pos_table", pos_table, Role::kTable, {2}, true);
-  check_table_width(where, tok, D, "out");
-  check_table_width(where, pos, D, "out");
   check_start(where, b, start);
-  for (const View* in : {&b.ids, &b.pos_ids, &tok, &pos}) check_no_overlap(where, vout, *in);
+  for (const View* in : {&b.ids, &b.pos_ids}) check_no_overlap(where, vout, *in);
   check_ids(where, b, tok.shape[0], o.unk_id);
   if (pos.present) check_positions(where, b, start, pos.shape[0], "pos_table");
   run_forward(vout, nullptr, &b, tok, pos, start, o.unk_id, ctx);
@@ -340,16 +353,9 @@ void compose_forward(const DLTensor& out, const RowPlan& plan, const DLTensor& t
                      const Context* ctx) {
   const char* where = kForward;
   const RowPlan::Impl& p = plan.impl();
-  const View vout = check_tensor(where, "out", &out, Role::kOutput, {2, 3});
+  const auto [vout, tok, pos] = check_forward_tensors(where, out, token_table, pos_table);
   check_plan_rows(where, vout, p);
-  const int64_t D = vout.last();
-  const View tok = check_tensor(where, "token_table", &token_table, Role::kTable, {2});
-  const View pos = check_tensor(where, "pos_table", pos_table, Role::kTable, {2}, true);
-  check_table_width(where, tok, D, "out");
-  check_table_width(where, pos, D, "out");
   check_plan_vocab(where, tok, p);
-  check_no_overlap(where, vout, tok);
-  check_no_overlap(where, vout, pos);
   if (pos.present) check_plan_table(where, p, pos.shape[0], "pos_table");
   run_forward(vout, &p, nullptr, tok, pos, 0, -1, ctx);
 }
