@@ -30,10 +30,12 @@ demo: build
 	$(BUILD)/bin/tokpos plot --out out
 	@echo "pictures: $(CURDIR)/out/*.png (and .svg)"
 
-# Microbenchmarks (GB/s), then the side-by-side runs against PyTorch, which
-# need torch and numpy from pip (installed here if missing).
+# Microbenchmarks (GB/s), the compose entry points side by side (medians and
+# ratios, printed, never judged), then the side-by-side runs against PyTorch,
+# which need torch and numpy from pip (installed here if missing).
 bench: build bench-deps
 	$(BUILD)/bin/tokpos_bench --benchmark_min_time=0.2
+	python3 bench/old_vs_new.py --bench $(BUILD)/bin/tokpos_bench
 	python3 bench/table_vs_torch.py
 	python3 bench/side_by_side.py
 

@@ -186,8 +186,11 @@ void check_padding(const char* where, int64_t padding_idx, int64_t V) {
 void check_plan_positions(const char* where, const Batch& b) {
   if (!b.pos_ids.present) return;
   const kernels::Index p = index_of(b.pos_ids);
-  tokpos::detail::check_position_ids(where, [&](int64_t bb, int64_t t) { return p.at(bb, t); }, b.B, b.T,
-                                     INT64_MAX, "");
+  for (int64_t bb = 0; bb < b.B; ++bb)
+    for (int64_t t = 0; t < b.T; ++t)
+      if (p.at(bb, t) < 0)
+        fail(Status::kPositionOutOfRange, where, "position id ", p.at(bb, t), " at (b=", bb, ", t=", t,
+             ") is negative");
 }
 
 // A plan used with a position table of L rows.
