@@ -8,7 +8,9 @@
 //   op_c     the DLPack C functions tokpos_op_compose_forward and
 //            tokpos_op_compose_backward, on DLTensors a C caller fills in;
 //   op_plan  the C++ ops (tokpos/ops.h) with one RowPlan and one Context made
-//            before the timed loop and reused by every forward and backward.
+//            before the timed loop and reused by every forward and backward;
+//   reference  op_plan on the reference back end (Context::set_backend:
+//            plain loops, the definition), one thread, for scale.
 //
 // The DLTensors and TensorViews describe the same buffers on every call, so
 // they are filled in once, before the timed loop; the ops still check every
@@ -20,9 +22,8 @@
 // rows of one shape and thread count line up; bench/old_vs_new.py prints them
 // side by side. Threads are set with tokpos_set_num_threads.
 //
-// The reference back end and the individual kernel tables are internal to the
-// library (not exported), so they are not benchmarked here; the kernels are
-// timed through the entry points that select them.
+// The kernel tables themselves are internal to the library (not exported), so
+// the kernels are timed through the entry points that run them.
 //
 // Bytes processed count what must cross the memory bus: token rows read +
 // output written (the position table is small and stays in cache), so GB/s
@@ -97,7 +98,7 @@ Grads& gpt2_grads() {
   return g;
 }
 
-enum class Api { kOldC, kOpC, kOpPlan };
+enum class Api { kOldC, kOpC, kOpPlan, kReference };
 
 void set_threads(int n) {
   tokpos_set_num_threads(n);
@@ -165,7 +166,8 @@ void BM_Forward(benchmark::State& state, Api api) {
           ids(d.ids.data(), DType::kI64, {s.B, s.T}), tok(d.tok.data(), DType::kF32, {s.V, s.D}),
           pos(d.pos.data(), DType::kF32, {s.L, s.D});
       const tokpos::ops::RowPlan plan(ids, s.V);
-      const tokpos::Context ctx;
+      tokpos::Context ctx;
+      if (api == Api::kReference) ctx.set_backend("reference");
       for (auto _ : state) {
         tokpos::ops::compose_forward(out, plan, tok, pos.get(), &ctx);
         benchmark::DoNotOptimize(d.out.data());
@@ -213,6 +215,7 @@ void backward(benchmark::State& state, Api api, const std::vector<int64_t>& id_v
           ids(id_vec.data(), DType::kI64, {s.B, s.T});
       const tokpos::ops::RowPlan plan(ids, s.V);
       tokpos::Context ctx;
+      if (api == Api::kReference) ctx.set_backend("reference");
       for (auto _ : state) {
         tokpos::ops::compose_backward(dtok.get(), with_pos ? dpos.get() : nullptr, dout, plan, &ctx);
         benchmark::ClobberMemory();
@@ -369,6 +372,7 @@ std::vector<std::vector<int64_t>> product(const std::vector<std::vector<int64_t>
 
 [[maybe_unused]] const bool registered = [] {
   using benchmark::kMillisecond;
+  using benchmark::RegisterBenchmark;
   register_apis("BM_Forward", BM_Forward, product({{1, 2}, {0, 1}, {0, 1}}), {"threads", "stream", "llama"},
                 kMillisecond, true);
   benchmark::RegisterBenchmark("BM_ParallelCopy", BM_ParallelCopy)
@@ -379,6 +383,23 @@ std::vector<std::vector<int64_t>> product(const std::vector<std::vector<int64_t>
   register_apis("BM_Backward", BM_Backward, product({{1, 2}, {1, 0}}), {"threads", "pos"}, kMillisecond,
                 true);
   register_apis("BM_BackwardHotRow", BM_BackwardHotRow, {{1}, {2}}, {"threads"}, kMillisecond, true);
+  // The reference back end, one thread: the definition's speed, for scale.
+  RegisterBenchmark("BM_Forward/reference", BM_Forward, Api::kReference)
+      ->Args({1, 0, 0})
+      ->ArgNames({"threads", "stream", "llama"})
+      ->Unit(kMillisecond)
+      ->UseRealTime();
+  RegisterBenchmark("BM_Backward/reference", BM_Backward, Api::kReference)
+      ->Args({1, 1})
+      ->Args({1, 0})
+      ->ArgNames({"threads", "pos"})
+      ->Unit(kMillisecond)
+      ->UseRealTime();
+  RegisterBenchmark("BM_BackwardHotRow/reference", BM_BackwardHotRow, Api::kReference)
+      ->Args({1})
+      ->ArgNames({"threads"})
+      ->Unit(kMillisecond)
+      ->UseRealTime();
   register_apis("BM_Decode", BM_Decode, product({{1, 2}, {16, 1}}), {"threads", "tokens"},
                 benchmark::kNanosecond, false);
   benchmark::RegisterBenchmark("BM_SinusoidalTable", BM_SinusoidalTable)
