@@ -26,7 +26,6 @@
 #include <initializer_list>
 #include <limits>
 #include <map>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -323,8 +322,15 @@ std::string lower(std::string s) {
 // The message names a device: by name (any case) or as "device ... <number>".
 ::testing::AssertionResult names_device(const std::string& msg, const std::string& name, int number) {
   if (lower(msg).find(lower(name)) != std::string::npos) return ::testing::AssertionSuccess();
-  const std::regex re("device[^0-9]{0,20}" + std::to_string(number) + "([^0-9]|$)", std::regex::icase);
-  if (std::regex_search(msg, re)) return ::testing::AssertionSuccess();
+  // "device", at most 20 non-digits, then the number and no further digit.
+  const std::string low = lower(msg), num = std::to_string(number);
+  for (size_t at = low.find("device"); at != std::string::npos; at = low.find("device", at + 1)) {
+    size_t k = at + 6, skipped = 0;
+    while (k < low.size() && !std::isdigit(static_cast<unsigned char>(low[k])) && skipped < 20) ++k, ++skipped;
+    if (low.compare(k, num.size(), num) == 0 &&
+        (k + num.size() == low.size() || !std::isdigit(static_cast<unsigned char>(low[k + num.size()]))))
+      return ::testing::AssertionSuccess();
+  }
   return ::testing::AssertionFailure() << "\"" << msg << "\" names neither " << name << " nor device " << number;
 }
 ::testing::AssertionResult status_in(tokpos_status st, std::initializer_list<tokpos_status> allowed) {
