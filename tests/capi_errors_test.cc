@@ -219,4 +219,100 @@ TEST(CApi, LastErrorIsPerThread) {
   EXPECT_NE(std::string(tokpos_last_error()), "");
 }
 
+// Outputs that alias an input: every entry point refuses them, writes
+// nothing, and says which buffers overlap. (A result computed through
+// aliased buffers would depend on the order of the writes.)
+TEST(CApi, AliasedBuffersAreRefusedOnEveryEntryPoint) {
+  constexpr int64_t B = 1, T = 3, V = 6, L = 4, D = 4;
+  const std::vector<int64_t> ids = {1, 5, 2};
+  auto snapshot = [](const float* p, int64_t n) { return std::vector<float>(p, p + n); };
+  auto refused = [&](tokpos_status st, const float* buf, const std::vector<float>& before, const char* what) {
+    EXPECT_EQ(st, TOKPOS_INVALID_ARGUMENT) << what << ": " << tokpos_last_error();
+    EXPECT_NE(std::string(tokpos_last_error()).find("overlaps"), std::string::npos) << what << ": "
+                                                                                     << tokpos_last_error();
+    EXPECT_TRUE(bitwise_equal(snapshot(buf, static_cast<int64_t>(before.size())), before)) << what;
+  };
+
+  // Raw-pointer functions: out over a table, over ids; a gradient over d_out or the other gradient.
+  std::vector<float> tok = noise(V * D, 1), pos = noise(L * D, 2);
+  auto before = tok;
+  refused(tokpos_compose_forward(tok.data(), ids.data(), B, T, tok.data(), V, pos.data(), L, D), tok.data(), before,
+          "compose_forward out == token_table");
+  before = pos;
+  refused(tokpos_compose_forward(pos.data(), ids.data(), B, T, tok.data(), V, pos.data(), L, D), pos.data(), before,
+          "compose_forward out == pos_table");
+  std::vector<float> big = noise(64, 3);  // ids and out in one buffer
+  auto* ids_in_big = reinterpret_cast<int64_t*>(big.data());
+  std::copy(ids.begin(), ids.end(), ids_in_big);
+  before = big;
+  refused(tokpos_compose_forward_ex(big.data() + 2, TOKPOS_DTYPE_F32, ids_in_big, B, T, tok.data(), TOKPOS_DTYPE_F32, V,
+                                    pos.data(), TOKPOS_DTYPE_F32, L, D),
+          big.data(), before, "compose_forward_ex out over ids");
+  std::vector<float> g = noise(V * D, 4), gp = noise(L * D, 5);
+  before = g;
+  refused(tokpos_compose_backward(g.data(), nullptr, g.data(), ids.data(), B, T, V, L, D), g.data(), before,
+          "compose_backward d_token_table == d_out");
+  before = g;
+  const std::vector<float> d_out = noise(B * T * D, 6);
+  refused(tokpos_compose_backward(g.data(), g.data() + D, d_out.data(), ids.data(), B, T, V, L, D), g.data(), before,
+          "compose_backward gradients overlap");
+  before = tok;
+  refused(tokpos_embedding_forward(ids.data(), T, tok.data(), V, D, 0, tok.data()), tok.data(), before,
+          "embedding_forward out == token_table");
+
+  // Handles: outputs over the module's own table or gradient.
+  tokpos_token_embedding* e = nullptr;
+  ASSERT_EQ(tokpos_token_embedding_create(&e, V, D, 7), TOKPOS_OK);
+  const float* table = nullptr;
+  ASSERT_EQ(tokpos_token_embedding_table(e, &table), TOKPOS_OK);
+  before = snapshot(table, V * D);
+  refused(tokpos_token_embedding_forward(e, ids.data(), B, T, const_cast<float*>(table)), table, before,
+          "token_embedding_forward out == table");
+  ASSERT_EQ(tokpos_token_embedding_backward(e, d_out.data(), ids.data(), B, T, nullptr), TOKPOS_OK);
+  const float* grad = nullptr;
+  ASSERT_EQ(tokpos_token_embedding_grad(e, &grad), TOKPOS_OK);
+  before = snapshot(grad, V * D);
+  refused(tokpos_token_embedding_backward(e, grad, ids.data(), B, T, nullptr), grad, before,
+          "token_embedding_backward d_out == grad");
+  tokpos_token_embedding_free(e);
+
+  tokpos_position_embedding* p = nullptr;
+  ASSERT_EQ(tokpos_position_embedding_create_learned(&p, L, D, 8), TOKPOS_OK);
+  const float* ptable = nullptr;
+  ASSERT_EQ(tokpos_position_embedding_table(p, &ptable), TOKPOS_OK);
+  before = snapshot(ptable, L * D);
+  refused(tokpos_position_embedding_forward(p, T, 0, const_cast<float*>(ptable)), ptable, before,
+          "position_embedding_forward out == table");
+  ASSERT_EQ(tokpos_position_embedding_backward(p, d_out.data(), B, T, 0), TOKPOS_OK);
+  const float* pgrad = nullptr;
+  ASSERT_EQ(tokpos_position_embedding_grad(p, &pgrad), TOKPOS_OK);
+  before = snapshot(pgrad, L * D);
+  refused(tokpos_position_embedding_backward(p, pgrad, B, T, 0), pgrad, before,
+          "position_embedding_backward d_out == grad");
+  tokpos_position_embedding_free(p);
+
+  tokpos_composer_options o = tokpos_composer_default_options(V, D, L);
+  o.position = TOKPOS_POSITION_LEARNED;
+  tokpos_composer* c = nullptr;
+  ASSERT_EQ(tokpos_composer_create(&c, &o), TOKPOS_OK);
+  const float* ctok = nullptr;
+  ASSERT_EQ(tokpos_composer_token_table(c, &ctok), TOKPOS_OK);
+  before = snapshot(ctok, V * D);
+  refused(tokpos_composer_forward(c, ids.data(), B, T, 0, nullptr, const_cast<float*>(ctok)), ctok, before,
+          "composer_forward out == token table");
+  std::vector<float> both = noise(64, 9);  // position ids and out in one buffer
+  auto* pids = reinterpret_cast<int64_t*>(both.data());
+  pids[0] = 0, pids[1] = 1, pids[2] = 3;
+  before = both;
+  refused(tokpos_composer_forward(c, ids.data(), B, T, 0, pids, both.data() + 4), both.data(), before,
+          "composer_forward out over position_ids");
+  ASSERT_EQ(tokpos_composer_backward(c, d_out.data(), ids.data(), B, T, 0, nullptr, nullptr), TOKPOS_OK);
+  const float* cgrad = nullptr;
+  ASSERT_EQ(tokpos_composer_token_grad(c, &cgrad), TOKPOS_OK);
+  before = snapshot(cgrad, V * D);
+  refused(tokpos_composer_backward(c, cgrad, ids.data(), B, T, 0, nullptr, nullptr), cgrad, before,
+          "composer_backward d_out == token grad");
+  tokpos_composer_free(c);
+}
+
 }  // namespace

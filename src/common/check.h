@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -60,6 +61,16 @@ inline void check_size(const char* where, const char* name, size_t actual, int64
   if (static_cast<int64_t>(actual) != expected) {
     fail(Status::kShapeMismatch, where, name, " has ", actual, " elements, expected ", expected);
   }
+}
+
+// Error(kInvalidArgument) if the bytes of a and b intersect: an output may
+// not overlap an input (the result would depend on the order of the writes).
+template <typename A, typename B>
+void check_disjoint(const char* where, const char* a_name, std::span<A> a, const char* b_name, std::span<B> b) {
+  if (a.empty() || b.empty()) return;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data()), a1 = a0 + a.size_bytes();
+  const auto b0 = reinterpret_cast<uintptr_t>(b.data()), b1 = b0 + b.size_bytes();
+  if (a0 < b1 && b0 < a1) fail(Status::kInvalidArgument, where, a_name, " overlaps ", b_name);
 }
 
 }  // namespace tokpos::detail

@@ -39,6 +39,11 @@ void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t
   position_->check_positions(B, T, o.positions, kWhere);
   const int64_t D = token_.dim();
   detail::check_size(kWhere, "out", out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D));
+  // The ops check out against every tensor they are given; the policy paths
+  // hand them copies, so the caller's inputs are checked here.
+  detail::check_disjoint(kWhere, "out", out, "ids", ids);
+  detail::check_disjoint(kWhere, "out", out, "position ids", o.positions.ids);
+  detail::check_disjoint(kWhere, "out", out, "token_type_ids", o.token_type_ids);
   const IdPolicy& policy = o.id_policy ? *o.id_policy : token_.id_policy();
   token_.check_policy_for(policy, kWhere);
   if (B == 0 || T == 0) return token_.check_ids(ids, B, T, o.id_policy, kWhere);

@@ -164,6 +164,7 @@ void PositionalEmbedding::forward(std::span<float> out, int64_t T, int64_t start
   constexpr const char* kWhere = "PositionalEmbedding::forward";
   check_positions(1, T, {.start = start}, kWhere);
   detail::check_size(kWhere, "out", out.size(), detail::checked_mul(kWhere, "T*D", T, D_));
+  detail::check_disjoint(kWhere, "out", out, "the position table", table());
   if (T == 0) return;
   if (!needs_rows(start, start + T)) {
     std::copy_n(data_ + start * D_, T * D_, out.begin());
@@ -275,6 +276,7 @@ void LearnedPositionalEmbedding::backward(std::span<const float> d_out, int64_t 
   const bool interpolating = beyond_ == BeyondTable::kInterpolate && interpolate_to_ != L_;
   auto rows = interpolating ? resolve_positions(B, T, positions, kWhere) : gradient_rows(B, T, positions, kWhere);
   detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D_));
+  detail::check_disjoint(kWhere, "d_out", d_out, "the position gradient", std::span<const float>(grad_));
   ensure_grad();
   if (!interpolating) {
     // The rows are the positions: the op's position gradient alone.

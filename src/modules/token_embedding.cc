@@ -275,6 +275,8 @@ void TokenEmbedding::logits(std::span<const float> h, int64_t N, std::span<float
   detail::check_at_least(kWhere, "N", N, 0);
   detail::check_size(kWhere, "h", h.size(), detail::checked_mul(kWhere, "N*D", N, D_));
   detail::check_size(kWhere, "logits", out.size(), detail::checked_mul(kWhere, "N*V", N, V_));
+  detail::check_disjoint(kWhere, "logits", out, "h", h);
+  detail::check_disjoint(kWhere, "logits", out, "the table", table());
   detail::linear_nt(out.data(), h.data(), data_, N, V_, D_);
 }
 
@@ -293,6 +295,10 @@ void TokenEmbedding::logits_backward(std::span<const float> d_logits, std::span<
   detail::check_size(kWhere, "d_logits", d_logits.size(), detail::checked_mul(kWhere, "N*V", N, V_));
   detail::check_size(kWhere, "h", h.size(), detail::checked_mul(kWhere, "N*D", N, D_));
   if (!d_h.empty()) detail::check_size(kWhere, "d_h", d_h.size(), N * D_);
+  for (const auto& [name, in] : {std::pair{"d_logits", d_logits}, std::pair{"h", h}, std::pair{"the table", table()}}) {
+    detail::check_disjoint(kWhere, "d_h", d_h, name, in);
+    detail::check_disjoint(kWhere, "the gradient", std::span<const float>(grad_), name, in);
+  }
   // A frozen table gets no gradient, but d_h still flows. padding_idx masks only
   // the lookup path: the output side touches every row, as in PyTorch.
   float* dW = frozen_ ? nullptr : ensure_grad().data();
