@@ -2,7 +2,9 @@
 // exercise, and bad flags.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -261,6 +263,34 @@ TEST(Cli, Version) {
   const auto r = run("--version");
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("0.1.0"), std::string::npos);
+}
+
+// --weights that is not a regular file is refused by name; a FIFO used to
+// hang in open() forever (run under timeout(1): exit 124 if it does again).
+TEST(Cli, EmbedRefusesWeightsThatAreNotRegularFiles) {
+  const auto fifo = scratch("cli_weights_fifo_" + std::to_string(::getpid()));
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  const std::string cmd =
+      "timeout 10 " + std::string(TOKPOS_CLI) + " embed --preset gpt2 --ids 1 --weights " + fifo + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int st = pclose(pipe);
+  ::unlink(fifo.c_str());
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 1) << out;  // 124: timed out
+  EXPECT_NE(out.find("cannot open " + fifo + ": it is a FIFO, not a regular file"), std::string::npos) << out;
+  auto r = run("embed --preset gpt2 --ids 1 --weights /dev/zero");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot open /dev/zero: it is a character device, not a regular file"), std::string::npos)
+      << r.out;
+  r = run("embed --preset gpt2 --ids 1 --weights " + ::testing::TempDir());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("a directory, not a regular file"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -93,6 +97,98 @@ TEST(Npy, UnreadableFilesAreIoErrors) {
   const auto dir = scratch("tokpos_a_directory.npy");
   ::mkdir(dir.c_str(), 0755);
   expect_error([&] { tokpos::read_npy(dir); }, tokpos::Status::kIoError, {dir, std::strerror(EISDIR)});
+}
+
+// Not a regular file: refused by name. A FIFO used to block in open() (and
+// then in read) forever; the call runs in a child under alarm() so that a
+// regression fails the test instead of hanging it.
+TEST(Npy, NonRegularFilesAreRefusedByName) {
+  const auto dir = scratch("tokpos_not_regular_dir.npy");
+  ::mkdir(dir.c_str(), 0755);
+  expect_error([&] { tokpos::read_npy(dir); }, tokpos::Status::kIoError,
+               {"read_npy: cannot open " + dir, std::strerror(EISDIR), "a directory, not a regular file"});
+  expect_error([&] { tokpos::read_npy("/dev/zero"); }, tokpos::Status::kIoError,
+               {"read_npy: cannot open /dev/zero: it is a character device, not a regular file"});
+  const auto fifo = scratch("tokpos_fifo.npy");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  EXPECT_EXIT(
+      {
+        ::alarm(5);
+        try {
+          tokpos::read_npy(fifo);
+        } catch (const tokpos::Error& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          std::_Exit(e.status() == tokpos::Status::kIoError ? 0 : 1);
+        }
+        std::_Exit(2);
+      },
+      ::testing::ExitedWithCode(0), "read_npy: cannot open .*tokpos_fifo.npy: it is a FIFO, not a regular file");
+  ::unlink(fifo.c_str());
+}
+
+// A 144-byte file whose header declares 2 GB of data is refused from the file
+// size before anything is allocated: in a child whose address space is capped
+// 1 GiB above what it already uses, an allocation of the declared size would
+// fail with std::bad_alloc instead. (Not under AddressSanitizer, whose
+// shadow memory needs an uncapped address space.)
+TEST(Npy, HugeDeclaredShapeIsRefusedBeforeAllocating) {
+  const auto path = scratch("tokpos_huge_shape.npy");
+  const std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (500000000,), }";
+  std::string h = header;
+  h.append(144 - 10 - 8 - 1 - h.size(), ' ');
+  h.push_back('\n');
+  write_raw(path, h, 8);
+  ASSERT_EQ(std::ifstream(path, std::ios::binary | std::ios::ate).tellg(), 144);
+  expect_error([&] { tokpos::read_npy(path); }, tokpos::Status::kCorruptFile,
+               {path, "data is shorter than shape: 500000000 x 4 bytes, but the file holds 8"});
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the address-space cap needs a build without sanitizers";
+#else
+  // In the child: cap the address space, then read; exit 0 on the named error.
+  auto capped_read = [&] {
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    const rlim_t cap = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (1u << 30);
+    struct rlimit limit {};
+    limit.rlim_cur = limit.rlim_max = cap;
+    if (pages == 0 || ::setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(3);
+    try {
+      tokpos::read_npy(path);
+    } catch (const tokpos::Error& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      std::_Exit(e.status() == tokpos::Status::kCorruptFile ? 0 : 1);
+    } catch (const std::bad_alloc&) {
+      std::_Exit(4);
+    }
+    std::_Exit(2);
+  };
+  EXPECT_EXIT(capped_read(), ::testing::ExitedWithCode(0), "the file holds 8");
+#endif
+}
+
+// Every read and write error names the file.
+TEST(Npy, ErrorsNameTheFile) {
+  const auto path = scratch("tokpos_named.npy");
+  const std::vector<float> v = {1, 2};
+  expect_error([&] { tokpos::write_npy(path, "<c8", {2}, v.data(), 8); }, tokpos::Status::kInvalidArgument,
+               {"write_npy: " + path + ": unsupported dtype descr '<c8'"});
+  expect_error([&] { tokpos::write_npy(path, "<f4", {2, -1}, v.data(), 8); }, tokpos::Status::kInvalidArgument,
+               {"write_npy: " + path + ": shape entry 1 is -1, must be >= 0"});
+  expect_error([&] { tokpos::write_npy(path, "<f4", {INT64_MAX, 4}, v.data(), 8); },
+               tokpos::Status::kSizeOverflow, {"write_npy: " + path + ": the element count"});
+  const std::string ok_tail = "'fortran_order': False, 'shape': (2,), }";
+  write_raw(path, "{'descr': '<c8', " + ok_tail, 16);
+  expect_error([&] { tokpos::read_npy(path); }, tokpos::Status::kUnimplemented, {"read_npy: " + path + ": "});
+  write_raw(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", 8);
+  expect_error([&] { tokpos::read_npy(path); }, tokpos::Status::kCorruptFile, {"read_npy: " + path + ": "});
+  const auto missing = scratch("tokpos_missing_for_name.npy");
+  ::unlink(missing.c_str());
+  expect_error([&] { tokpos::read_npy(missing); }, tokpos::Status::kIoError,
+               {"read_npy: cannot open " + missing + ": " + std::strerror(ENOENT)});
 }
 
 // A malformed file is kCorruptFile, with what is wrong; a well-formed one that

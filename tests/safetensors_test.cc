@@ -3,9 +3,12 @@
 // tests/data/safetensors (tools/make_bad_safetensors.py).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -86,6 +89,114 @@ TEST(Safetensors, UnreadableFilesAreIoErrors) {
                {"cannot open " + dir, std::strerror(EISDIR)});
 }
 
+// Not a regular file: refused by name, and a FIFO is refused at once rather
+// than waiting for a writer. The open runs in a child process under alarm(),
+// so a regression (a hang) fails the test instead of hanging it.
+TEST(Safetensors, NonRegularFilesAreRefusedByName) {
+  const auto dir = scratch("not_regular_dir.safetensors");
+  ::mkdir(dir.c_str(), 0755);
+  for (const auto access : {tokpos::SafetensorsFile::Access::kMap, tokpos::SafetensorsFile::Access::kRead}) {
+    expect_error([&] { tokpos::SafetensorsFile::open(dir, access); }, tokpos::Status::kIoError,
+                 {"cannot open " + dir, std::strerror(EISDIR), "a directory, not a regular file"});
+    expect_error([&] { tokpos::SafetensorsFile::open("/dev/zero", access); }, tokpos::Status::kIoError,
+                 {"cannot open /dev/zero: it is a character device, not a regular file"});
+  }
+  const auto fifo = scratch("a_fifo.safetensors");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  for (const auto access : {tokpos::SafetensorsFile::Access::kMap, tokpos::SafetensorsFile::Access::kRead}) {
+    EXPECT_EXIT(
+        {
+          ::alarm(5);
+          try {
+            tokpos::SafetensorsFile::open(fifo, access);
+          } catch (const tokpos::Error& e) {
+            std::fprintf(stderr, "%s\n", e.what());
+            std::_Exit(e.status() == tokpos::Status::kIoError ? 0 : 1);
+          }
+          std::_Exit(2);
+        },
+        ::testing::ExitedWithCode(0), "cannot open .*a_fifo.safetensors: it is a FIFO, not a regular file");
+  }
+  ::unlink(fifo.c_str());
+}
+
+// Access::kRead: a file truncated between opening and reading a tensor is a
+// named error, never SIGBUS (a mapped file would deliver it). Run in a child
+// so that a regression is a failed test, not a dead test binary.
+TEST(Safetensors, ReadModeTruncatedWhileOpenIsANamedError) {
+  std::vector<float> a(16, 1.5f), b(4096, -2.0f);
+  const auto path = scratch("truncated_while_open.safetensors");
+  tokpos::write_safetensors(path, {{"a", "F32", {16}, a.data(), a.size() * 4},
+                                   {"b", "F32", {64, 64}, b.data(), b.size() * 4}});
+  {
+    const auto file = tokpos::SafetensorsFile::open(path, tokpos::SafetensorsFile::Access::kRead);
+    EXPECT_EQ(file.access(), tokpos::SafetensorsFile::Access::kRead);
+    EXPECT_EQ(file.read_f32("b"), b);
+    EXPECT_EQ(file.read_bytes("a").size(), 64u);
+    // The zero-copy accessors need the mapping.
+    expect_error([&] { file.view_f32("a"); }, tokpos::Status::kInvalidArgument, {"Access::kRead", "read_f32"});
+    expect_error([&] { file.bytes("a"); }, tokpos::Status::kInvalidArgument, {"Access::kRead"});
+  }
+  EXPECT_EXIT(
+      {
+        const auto file = tokpos::SafetensorsFile::open(path, tokpos::SafetensorsFile::Access::kRead);
+        if (::truncate(path.c_str(), 1000) != 0) std::_Exit(3);
+        if (file.read_f32("a") != a) std::_Exit(4);  // still inside the file
+        try {
+          file.read_f32("b");
+        } catch (const tokpos::Error& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          std::_Exit(e.status() == tokpos::Status::kCorruptFile ? 0 : 1);
+        }
+        std::_Exit(2);
+      },
+      ::testing::ExitedWithCode(0),
+      "truncated_while_open.safetensors: truncated while reading: tensor 'b' needs bytes .* which now ends at 1000");
+  // Truncated before the header is read: the header is checked against the size found at open.
+  tokpos::write_safetensors(path, {{"a", "F32", {16}, a.data(), a.size() * 4}});
+  ::truncate(path.c_str(), 20);
+  expect_error([&] { tokpos::SafetensorsFile::open(path, tokpos::SafetensorsFile::Access::kRead); },
+               tokpos::Status::kCorruptFile, {path, "runs past the end of the file"});
+}
+
+// The header parse is O(n log n): 100k tensors open (the old callback parser
+// took minutes), and a duplicate name among them is still found.
+TEST(Safetensors, HundredThousandTensorsParseAndDuplicatesAreFound) {
+  constexpr int kN = 100000;
+  const auto path = scratch("many_tensors.safetensors");
+  auto craft = [&](int duplicate_of) {
+    std::string h = "{\"__metadata__\":{\"format\":\"pt\"}";
+    for (int i = 0; i < kN; ++i) {
+      const int id = (i == kN - 1 && duplicate_of >= 0) ? duplicate_of : i;
+      h += ",\"layer." + std::to_string(id) + ".weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
+           std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+    }
+    h += "}";
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+    std::ofstream(path, std::ios::binary) << len << h << std::string(4 * static_cast<size_t>(kN), '\0');
+  };
+  craft(-1);
+  for (const auto access : {tokpos::SafetensorsFile::Access::kMap, tokpos::SafetensorsFile::Access::kRead}) {
+    const auto file = tokpos::SafetensorsFile::open(path, access);
+    EXPECT_EQ(file.names().size(), static_cast<size_t>(kN));
+    EXPECT_EQ(file.info("layer.99999.weight").offset, 4u * 99999);
+    EXPECT_EQ(file.metadata().at("format"), "pt");
+  }
+  craft(12345);
+  expect_error([&] { tokpos::SafetensorsFile::open(path); }, tokpos::Status::kCorruptFile,
+               {path, "tensor name 'layer.12345.weight' appears twice"});
+  // And writing as many is not quadratic either.
+  std::vector<tokpos::TensorRef> refs;
+  const float one = 1.0f;
+  for (int i = 0; i < kN; ++i) refs.push_back({"w" + std::to_string(i), "F32", {1}, &one, 4});
+  tokpos::write_safetensors(path, refs, {{"format", "pt"}});
+  const auto file = tokpos::SafetensorsFile::open(path);
+  EXPECT_EQ(file.names().size(), static_cast<size_t>(kN));
+  EXPECT_EQ(file.read_f32("w77777"), std::vector<float>{1.0f});
+}
+
 TEST(Safetensors, RoundTripAllDtypesAndZeroCopyViews) {
   const std::vector<float> f = {1.5f, -2.0f, 0.25f, 8.0f, 3.0f, -0.5f};
   const std::vector<uint16_t> h = {0x3c00, 0xc000};   // f16 1.0, -2.0
@@ -163,6 +274,33 @@ TEST(Presets, Gpt2FromATinyCheckpoint) {
                {"missing tensor 'embeddings.word_embeddings.weight'"});
   expect_error([&] { tokpos::gpt2_from_safetensors(file, {{"wte", "nope"}}); }, tokpos::Status::kInvalidArgument,
                {"missing tensor 'nope'"});
+}
+
+// A path: the presets read every table with pread (owned copies, no mapping),
+// so the file may change afterwards; the mapped file's presets still borrow.
+TEST(Presets, FromAPathReadCopiesAndNeverMap) {
+  const auto path = scratch("preset_from_path.safetensors");
+  {
+    const auto file = tokpos::SafetensorsFile::open(data("tiny_gpt2.safetensors"));
+    const auto wte = file.read_f32("wte.weight"), wpe = file.read_f32("wpe.weight");
+    tokpos::write_safetensors(path, {{"wte.weight", "F32", file.info("wte.weight").shape, wte.data(), wte.size() * 4},
+                                     {"wpe.weight", "F32", file.info("wpe.weight").shape, wpe.data(), wpe.size() * 4}});
+  }
+  auto mapped = tokpos::gpt2_from_safetensors(tokpos::SafetensorsFile::open(path));
+  EXPECT_TRUE(mapped.token().borrowed());
+  const auto model = tokpos::gpt2_from_safetensors(path);
+  EXPECT_FALSE(model.token().borrowed());
+  EXPECT_FALSE(model.position().borrowed());
+  const std::vector<int64_t> ids = {4, 0, 2};
+  const auto want = mapped.forward(ids, 1, 3);
+  ::truncate(path.c_str(), 0);  // the copies do not care
+  EXPECT_EQ(model.forward(ids, 1, 3), want);
+  const auto bert = tokpos::bert_from_safetensors(data("tiny_bert.safetensors"));
+  EXPECT_FALSE(bert.token().borrowed());
+  EXPECT_EQ(bert.forward(std::vector<int64_t>{5, 0, 3}, 1, 3),
+            tokpos::bert_from_safetensors(tokpos::SafetensorsFile::open(data("tiny_bert.safetensors")))
+                .forward(std::vector<int64_t>{5, 0, 3}, 1, 3));
+  expect_error([&] { tokpos::gpt2_from_safetensors(path); }, tokpos::Status::kCorruptFile, {path, "truncated"});
 }
 
 TEST(Presets, Gpt2PositionIdsForLeftPaddedBatches) {

@@ -60,7 +60,8 @@ void run_embed(const EmbedCommand& c, std::ostream& log) {
   }
   int64_t B, T;
   const auto ids = parse_matrix(c.ids, "--ids", &B, &T);
-  const auto file = SafetensorsFile::open(c.weights);
+  // Read with pread (copies): a weights file truncated meanwhile is a named error, not SIGBUS.
+  const auto file = SafetensorsFile::open(c.weights, SafetensorsFile::Access::kRead);
   ComposeOptions options;
   std::vector<int64_t> types, positions;
   std::string position_note = "positions 0.." + std::to_string(T - 1);

@@ -1,12 +1,17 @@
 // tokpos/presets.h: the input stages of real architectures, loaded from
 // .safetensors checkpoints with the names those checkpoints use.
 //
-// F32 tables are borrowed from the mapped file with no copy (table() points
-// into the mapping); the modules hold the mapping alive, so the
-// SafetensorsFile passed in may be destroyed before them. F16 and BF16 tables
-// are widened into buffers the modules own. Borrowed tables are read-only
-// and not frozen: backward fills the modules' own gradients; make_owned()
-// gives a writable copy for an optimiser. LayerNorm weights are copied.
+// Given a mapped SafetensorsFile (Access::kMap), F32 tables are borrowed from
+// the mapping with no copy (table() points into it); the modules hold the
+// mapping alive, so the SafetensorsFile passed in may be destroyed before
+// them. The mapped file must then stay as it is for as long as the modules
+// live: truncating it is SIGBUS (see safetensors.h). Given a path, or a file
+// opened with Access::kRead, every table is read with pread into buffers the
+// modules own: a file truncated while it is read is a named Error, and the
+// modules never touch the file again. F16 and BF16 tables are always widened
+// into owned buffers. Borrowed tables are read-only and not frozen: backward
+// fills the modules' own gradients; make_owned() gives a writable copy for an
+// optimiser. LayerNorm weights are copied.
 #pragma once
 
 #include <cstdint>
@@ -32,11 +37,16 @@ using NameMap = std::map<std::string, std::string>;
 // (TokenEmbedding::logits / logits_backward). F32 tables are borrowed (above).
 TOKPOS_API EmbeddingComposer gpt2_from_safetensors(const SafetensorsFile& file,
                                                    const NameMap& overrides = {});
+// The same, reading the tables from `path` (Access::kRead: copies, no mapping).
+TOKPOS_API EmbeddingComposer gpt2_from_safetensors(const std::string& path, const NameMap& overrides = {});
 
 // BERT: word (V, D) + token_type (types, D) + position (L, D), then
 // LayerNorm(eps), fused. BERT's position ids start at 0 (PositionSpec{}).
 // Dropout after the LayerNorm is the identity at inference and is omitted.
 TOKPOS_API EmbeddingComposer bert_from_safetensors(const SafetensorsFile& file, double layer_norm_eps = 1e-12,
+                                                   const NameMap& overrides = {});
+// The same, reading the tables from `path` (Access::kRead: copies, no mapping).
+TOKPOS_API EmbeddingComposer bert_from_safetensors(const std::string& path, double layer_norm_eps = 1e-12,
                                                    const NameMap& overrides = {});
 
 // GPT-2 position ids for a left-padded batch, as transformers' generation

@@ -49,6 +49,15 @@ struct Fd {
   }
 };
 
+// What a file that is not a regular file is, in words.
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 // Reads up to n bytes: fewer only where the file ends. A failing read is an I/O error.
 size_t read_up_to(const char* where, const std::string& path, int fd, void* buf, size_t n) {
   char* c = static_cast<char*>(buf);
@@ -68,13 +77,15 @@ size_t read_up_to(const char* where, const std::string& path, int fd, void* buf,
 void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
                const void* data, size_t bytes) {
   constexpr const char* kWhere = "write_npy";
-  int64_t count = 1;
-  for (int64_t s : shape) {
-    detail::check_at_least(kWhere, "shape entry", s, 0);
-    count = detail::checked_mul(kWhere, "element count", count, s);
-  }
   if (item_size(descr) == 0)
-    detail::fail(Status::kInvalidArgument, kWhere, "unsupported dtype descr '", descr, "'");
+    detail::fail(Status::kInvalidArgument, kWhere, path, ": unsupported dtype descr '", descr, "'");
+  int64_t count = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t s = shape[i];
+    if (s < 0) detail::fail(Status::kInvalidArgument, kWhere, path, ": shape entry ", i, " is ", s, ", must be >= 0");
+    if (__builtin_mul_overflow(count, s, &count))
+      detail::fail(Status::kSizeOverflow, kWhere, path, ": the element count of the shape overflows int64");
+  }
   if (static_cast<uint64_t>(count) * item_size(descr) != bytes) {
     detail::fail(Status::kShapeMismatch, kWhere, path, ": ", bytes, " bytes do not match shape and dtype ",
                  descr);
@@ -111,11 +122,20 @@ NpyArray read_npy(const std::string& path) {
   // file that is not a well-formed .npy is kCorruptFile; a well-formed one
   // that uses what tokpos does not read (version 2 or 3, Fortran order, a
   // dtype outside its list) is kUnimplemented.
-  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read.
+  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (file.fd < 0) detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": ", std::strerror(errno));
   struct stat st {};
   if (::fstat(file.fd, &st) != 0)
     detail::fail(Status::kIoError, kWhere, "cannot stat ", path, ": ", std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": ", std::strerror(EISDIR),
+                 " (a directory, not a regular file)");
+  }
+  if (!S_ISREG(st.st_mode))
+    detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": it is ", file_kind(st.st_mode), ", not a regular file");
+  if (const int flags = ::fcntl(file.fd, F_GETFL); flags < 0 || ::fcntl(file.fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": ", std::strerror(errno));
   auto take = [&](void* buf, size_t n) { return read_up_to(kWhere, path, file.fd, buf, n) == n; };
   auto bad = [&](const std::string& why) { detail::fail(Status::kCorruptFile, kWhere, path, ": ", why); };
 
@@ -182,9 +202,9 @@ NpyArray read_npy(const std::string& path) {
     pos = comma + 1;
   }
   // Compare with the file's size before allocating: a damaged header must not
-  // ask for terabytes. (Pipes and other unsized files are simply read.)
+  // ask for terabytes (only regular files get this far).
   const uint64_t offset = 10 + header_len;
-  if (S_ISREG(st.st_mode) && bytes > static_cast<uint64_t>(st.st_size) - std::min<uint64_t>(offset, st.st_size)) {
+  if (bytes > static_cast<uint64_t>(st.st_size) - std::min<uint64_t>(offset, st.st_size)) {
     bad("data is shorter than shape: " + std::to_string(bytes / item) + " x " + std::to_string(item) +
         " bytes, but the file holds " + std::to_string(static_cast<uint64_t>(st.st_size) - offset));
   }

@@ -34,8 +34,8 @@ std::string resolve(const SafetensorsFile& f, const NameMap& overrides, const st
 }
 
 // A table from the file: an F32 tensor viewed in place in the mapping (no
-// copy), or F16 / BF16 (or an F32 tensor not 4-byte aligned) widened into an
-// owned buffer.
+// copy), or F16 / BF16 (or an F32 tensor not 4-byte aligned, or any tensor of
+// a file opened with Access::kRead) read into an owned buffer.
 struct Loaded {
   std::span<const float> view;  // the mapped tensor when borrowed; empty otherwise
   std::vector<float> owned;     // the widened values otherwise
@@ -43,7 +43,7 @@ struct Loaded {
 };
 
 Loaded load(const SafetensorsFile& f, const std::string& name) {
-  if (f.info(name).dtype == "F32" &&
+  if (f.access() == SafetensorsFile::Access::kMap && f.info(name).dtype == "F32" &&
       reinterpret_cast<uintptr_t>(f.bytes(name).data()) % alignof(float) == 0) {
     return {f.view_f32(name), {}};
   }
@@ -131,6 +131,14 @@ EmbeddingComposer bert_from_safetensors(const SafetensorsFile& file, double eps,
   model.set_token_types(token_table(std::move(types), Ty, D, keep));
   model.set_layer_norm({std::move(gamma), std::move(beta), eps});
   return model;
+}
+
+EmbeddingComposer gpt2_from_safetensors(const std::string& path, const NameMap& overrides) {
+  return gpt2_from_safetensors(SafetensorsFile::open(path, SafetensorsFile::Access::kRead), overrides);
+}
+
+EmbeddingComposer bert_from_safetensors(const std::string& path, double eps, const NameMap& overrides) {
+  return bert_from_safetensors(SafetensorsFile::open(path, SafetensorsFile::Access::kRead), eps, overrides);
 }
 
 std::vector<int64_t> gpt2_position_ids(std::span<const int64_t> mask, int64_t B, int64_t T, int64_t past) {

@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <vector>
 
 #include "common/check.h"
 #include "io/atomic_file.h"
@@ -39,45 +39,183 @@ int64_t TensorInfo::numel() const {
 struct SafetensorsFile::Mapping {
   void* base = MAP_FAILED;
   size_t size = 0;
+  int fd = -1;  // Access::kRead: the open file, read with pread
   ~Mapping() {
     if (base != MAP_FAILED && size > 0) ::munmap(base, size);
+    if (fd >= 0) ::close(fd);
   }
 };
 
-SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  constexpr const char* kWhere = "safetensors";
-  // The OS's failures (open, fstat, mmap) are kIoError with errno's text;
-  // everything wrong inside the file is kCorruptFile.
-  SafetensorsFile f;
-  f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
+namespace {
+
+// What a file that is not a regular file is, in words.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+int open_regular_file(const char* where, const std::string& path, struct stat* st) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) detail::fail(Status::kIoError, where, "cannot open ", path, ": ", std::strerror(errno));
+  if (::fstat(fd, st) != 0) {
     const int err = errno;
     ::close(fd);
-    detail::fail(Status::kIoError, kWhere, "cannot stat ", path, ": ", std::strerror(err));
+    detail::fail(Status::kIoError, where, "cannot stat ", path, ": ", std::strerror(err));
   }
-  if (S_ISDIR(st.st_mode)) {
+  if (S_ISDIR(st->st_mode)) {
     ::close(fd);
-    detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": ", std::strerror(EISDIR));
+    detail::fail(Status::kIoError, where, "cannot open ", path, ": ", std::strerror(EISDIR),
+         " (a directory, not a regular file)");
   }
+  if (!S_ISREG(st->st_mode)) {
+    ::close(fd);
+    detail::fail(Status::kIoError, where, "cannot open ", path, ": it is ", file_kind(st->st_mode),
+         ", not a regular file");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    detail::fail(Status::kIoError, where, "cannot open ", path, ": ", std::strerror(err));
+  }
+  return fd;
+}
+
+// Reads n bytes at offset with pread. A failing read is kIoError; a file that
+// ends early (truncated after it was opened and validated) is kCorruptFile.
+void pread_all(const std::string& path, int fd, void* buf, uint64_t n, uint64_t offset, const std::string& what) {
+  auto* c = static_cast<char*>(buf);
+  uint64_t got = 0;
+  while (got < n) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - got, 1u << 30));
+    const ssize_t r = ::pread(fd, c + got, chunk, static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0)
+      detail::fail(Status::kIoError, "safetensors", "cannot read ", path, " (", what, "): ", std::strerror(errno));
+    if (r == 0) {
+      struct stat st {};
+      const uint64_t now = ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : offset + got;
+      detail::fail(Status::kCorruptFile, "safetensors", path, ": truncated while reading: ", what, " needs bytes [",
+                   offset, ", ", offset + n, ") of the file, which now ends at ", now);
+    }
+    got += static_cast<uint64_t>(r);
+  }
+}
+
+// Builds the header's JSON value with nlohmann's SAX interface, noting the
+// first top-level name that appears twice. (A parsed object has already
+// dropped duplicates, and nlohmann's callback parser rescans the top-level
+// object after every tensor entry: quadratic in the number of tensors.)
+class HeaderParser : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  using json = nlohmann::json;
+  json root;
+  std::string duplicate;  // the first repeated top-level name
+  std::string error;      // the parse error's text
+
+  bool null() override { return put(nullptr); }
+  bool boolean(bool v) override { return put(v); }
+  bool number_integer(number_integer_t v) override { return put(v); }
+  bool number_unsigned(number_unsigned_t v) override { return put(v); }
+  bool number_float(number_float_t v, const string_t&) override { return put(v); }
+  bool string(string_t& v) override { return put(std::move(v)); }
+  bool binary(binary_t& v) override { return put(json::binary(std::move(v))); }
+  bool start_object(std::size_t) override { return open(json::value_t::object); }
+  bool start_array(std::size_t) override { return open(json::value_t::array); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    auto& object = stack_.back()->get_ref<json::object_t&>();
+    const auto [it, inserted] = object.try_emplace(std::move(k));
+    if (!inserted) {
+      if (stack_.size() == 1 && duplicate.empty()) duplicate = it->first;
+      it->second = json();  // deeper levels: the last value wins, as in nlohmann's parser
+    }
+    slot_ = &it->second;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = e.what();
+    return false;
+  }
+
+ private:
+  std::vector<json*> stack_;
+  json* slot_ = nullptr;  // where the next object member goes
+
+  json* place(json&& v) {
+    if (stack_.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    json* top = stack_.back();
+    if (top->is_array()) {
+      auto& a = top->get_ref<json::array_t&>();
+      a.push_back(std::move(v));
+      return &a.back();
+    }
+    *slot_ = std::move(v);
+    return slot_;
+  }
+  template <typename V>
+  bool put(V&& v) {
+    place(json(std::forward<V>(v)));
+    return true;
+  }
+  bool open(json::value_t t) {
+    stack_.push_back(place(json(t)));
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+};
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const std::string& path, Access access) {
+  constexpr const char* kWhere = "safetensors";
+  // The OS's failures (open, fstat, mmap, pread) are kIoError with errno's
+  // text, as is a path that is not a regular file; everything wrong inside
+  // the file is kCorruptFile.
+  SafetensorsFile f;
+  f.path_ = path;
+  f.access_ = access;
+  struct stat st {};
+  const int fd = open_regular_file(kWhere, path, &st);
   const auto file_size = static_cast<uint64_t>(st.st_size);
   f.map_ = std::make_shared<Mapping>();
-  if (file_size > 0) {
-    f.map_->base = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    f.map_->size = file_size;
+  const uint8_t* bytes = nullptr;
+  std::vector<uint8_t> head;  // Access::kRead: the length and the header, read with pread
+  if (access == Access::kRead) {
+    f.map_->fd = fd;
+  } else {
+    if (file_size > 0) {
+      f.map_->base = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+      f.map_->size = file_size;
+    }
+    const int map_errno = errno;
+    ::close(fd);
+    if (file_size > 0 && f.map_->base == MAP_FAILED)
+      detail::fail(Status::kIoError, kWhere, "cannot map ", path, ": ", std::strerror(map_errno));
+    bytes = static_cast<const uint8_t*>(f.map_->base);
   }
-  const int map_errno = errno;
-  ::close(fd);
-  if (file_size > 0 && f.map_->base == MAP_FAILED)
-    detail::fail(Status::kIoError, kWhere, "cannot map ", path, ": ", std::strerror(map_errno));
-  const auto* bytes = static_cast<const uint8_t*>(f.map_->base);
 
   // 1. The 8-byte little-endian header length, against the file size.
   if (file_size < 8) {
     detail::fail(Status::kCorruptFile, kWhere, path, ": truncated: ", file_size,
                  " bytes, not even the 8-byte header length");
+  }
+  if (access == Access::kRead) {
+    head.resize(8);
+    pread_all(path, fd, head.data(), 8, 0, "the header length");
+    bytes = head.data();
   }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
@@ -88,28 +226,28 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (header_len > kMaxHeader) {
     detail::fail(Status::kCorruptFile, kWhere, path, ": header length ", header_len, " exceeds 100 MB");
   }
+  if (access == Access::kRead) {
+    head.resize(8 + header_len);
+    pread_all(path, fd, head.data() + 8, header_len, 8, "the header");
+    bytes = head.data();
+  }
   const char* header = reinterpret_cast<const char*>(bytes + 8);
   const uint64_t data_size = file_size - 8 - header_len;
-  f.data_ = bytes + 8 + header_len;
+  f.data_offset_ = 8 + header_len;
+  if (access == Access::kMap) f.data_ = bytes + 8 + header_len;
 
   // 2. The JSON header; duplicate top-level names are caught while parsing.
-  std::set<std::string> seen;
-  std::string duplicate;
-  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (depth == 1 && event == nlohmann::json::parse_event_t::key) {
-      const auto key = parsed.get<std::string>();
-      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
-    }
-    return true;
-  };
-  nlohmann::json j;
+  HeaderParser parser;
   try {
-    j = nlohmann::json::parse(header, header + header_len, callback);
+    nlohmann::json::sax_parse(header, header + header_len, &parser);
   } catch (const nlohmann::json::exception& e) {
-    detail::fail(Status::kCorruptFile, kWhere, path, ": header is not valid JSON: ", e.what());
+    parser.error = e.what();
   }
-  if (!duplicate.empty())
-    detail::fail(Status::kCorruptFile, kWhere, path, ": tensor name '", duplicate, "' appears twice");
+  if (!parser.error.empty())
+    detail::fail(Status::kCorruptFile, kWhere, path, ": header is not valid JSON: ", parser.error);
+  if (!parser.duplicate.empty())
+    detail::fail(Status::kCorruptFile, kWhere, path, ": tensor name '", parser.duplicate, "' appears twice");
+  const nlohmann::json& j = parser.root;
   if (!j.is_object()) detail::fail(Status::kCorruptFile, kWhere, path, ": header is not a JSON object");
 
   // 3. Every entry: dtype, shape, offsets, size.
@@ -192,9 +330,35 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   return it->second;
 }
 
+namespace {
+
+// The zero-copy accessors need the mapping.
+void require_map(const std::string& path, SafetensorsFile::Access access, const std::string& name,
+                 const char* what) {
+  if (access != SafetensorsFile::Access::kMap) {
+    detail::fail(Status::kInvalidArgument, "safetensors", path, ": ", what, " of tensor '", name,
+                 "' needs the file mapped (Access::kMap); it was opened with Access::kRead: use read_f32 or "
+                 "read_bytes");
+  }
+}
+
+}  // namespace
+
 std::span<const uint8_t> SafetensorsFile::bytes(const std::string& name) const {
   const auto& i = info(name);
+  require_map(path_, access_, name, "a zero-copy view");
   return {data_ + i.offset, static_cast<size_t>(i.bytes)};
+}
+
+std::vector<uint8_t> SafetensorsFile::read_bytes(const std::string& name) const {
+  const auto& i = info(name);
+  std::vector<uint8_t> out(static_cast<size_t>(i.bytes));
+  if (access_ == Access::kMap) {
+    if (i.bytes > 0) std::memcpy(out.data(), data_ + i.offset, out.size());
+  } else {
+    pread_all(path_, map_->fd, out.data(), i.bytes, data_offset_ + i.offset, "tensor '" + name + "'");
+  }
+  return out;
 }
 
 std::span<const float> SafetensorsFile::view_f32(const std::string& name) const {
@@ -202,6 +366,7 @@ std::span<const float> SafetensorsFile::view_f32(const std::string& name) const 
   if (i.dtype != "F32")
     detail::fail(Status::kInvalidArgument, "safetensors", path_, ": tensor '", name, "' is ", i.dtype,
                  ", not F32");
+  require_map(path_, access_, name, "a zero-copy view");
   if (reinterpret_cast<uintptr_t>(data_ + i.offset) % alignof(float) != 0) {
     detail::fail(Status::kInvalidArgument, "safetensors", path_, ": tensor '", name,
                  "' is not 4-byte aligned; use read_f32");
@@ -211,19 +376,29 @@ std::span<const float> SafetensorsFile::view_f32(const std::string& name) const 
 
 std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
   const auto& i = info(name);
-  const uint8_t* p = data_ + i.offset;
+  if (i.dtype != "F32" && i.dtype != "F16" && i.dtype != "BF16") {
+    detail::fail(Status::kInvalidArgument, "safetensors", path_, ": tensor '", name, "' has dtype ", i.dtype,
+                 "; tables must be F32, F16 or BF16");
+  }
   std::vector<float> out(static_cast<size_t>(i.numel()));
+  std::vector<uint8_t> copy;  // Access::kRead: the tensor's bytes
+  const uint8_t* p = data_ + i.offset;
+  if (access_ == Access::kRead) {
+    if (i.dtype == "F32") {  // straight into the result
+      pread_all(path_, map_->fd, out.data(), i.bytes, data_offset_ + i.offset, "tensor '" + name + "'");
+      return out;
+    }
+    copy = read_bytes(name);
+    p = copy.data();
+  }
   if (i.dtype == "F32") {
-    std::memcpy(out.data(), p, i.bytes);
-  } else if (i.dtype == "F16" || i.dtype == "BF16") {
+    if (i.bytes > 0) std::memcpy(out.data(), p, i.bytes);
+  } else {
     for (size_t k = 0; k < out.size(); ++k) {
       uint16_t h;
       std::memcpy(&h, p + 2 * k, 2);
       out[k] = i.dtype == "F16" ? fp::to_f32(fp::f16_t{h}) : fp::to_f32(fp::bf16_t{h});
     }
-  } else {
-    detail::fail(Status::kInvalidArgument, "safetensors", path_, ": tensor '", name, "' has dtype ", i.dtype,
-                 "; tables must be F32, F16 or BF16");
   }
   return out;
 }
@@ -234,8 +409,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   std::vector<const TensorRef*> sorted;
   for (const auto& t : tensors) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
-  nlohmann::ordered_json header;
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  // The header text is built entry by entry (names are sorted and unique):
+  // ordered_json's operator[] searches linearly, quadratic in the tensor count.
+  std::string text = "{";
+  if (!metadata.empty()) text += "\"__metadata__\":" + nlohmann::json(metadata).dump();
   uint64_t offset = 0;
   for (size_t k = 0; k < sorted.size(); ++k) {
     const TensorRef& t = *sorted[k];
@@ -253,10 +430,13 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
       detail::fail(Status::kShapeMismatch, kWhere, "tensor '", t.name, "': shape needs ", numel * elem,
                    " bytes, given ", t.bytes);
     }
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
+    if (text.size() > 1) text += ',';
+    text += nlohmann::json(t.name).dump() + ':' +
+            nlohmann::ordered_json{{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}}
+                .dump();
     offset += t.bytes;
   }
-  std::string text = header.dump();
+  text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data area to 8 bytes
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
