@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <vector>
 
 #include <array>
@@ -257,6 +259,206 @@ TEST(Cli, PlotWritesPicturesAndRejectsABadOut) {
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("cannot create --out directory"), std::string::npos) << bad.out;
   EXPECT_NE(run("plot --dim 1").status, 0);
+}
+
+// Runs a shell command line (sh -c) as given; stderr is folded into out.
+Result run_shell(const std::string& line) {
+  FILE* pipe = popen((line + " 2>&1").c_str(), "r");
+  if (!pipe) return {-1, ""};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int st = pclose(pipe);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+std::string slurp(const std::string& path) {
+  std::string s;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return "<missing>";
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) s.append(buf.data(), n);
+  std::fclose(f);
+  return s;
+}
+
+// name -> size and hash of every entry of dir (directories as "<dir>").
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_directory()) {
+      m[e.path().filename().string()] = "<dir>";
+    } else {
+      const auto bytes = slurp(e.path().string());  // size and hash: short messages on a mismatch
+      m[e.path().filename().string()] =
+          std::to_string(bytes.size()) + " bytes, hash " + std::to_string(std::hash<std::string>{}(bytes));
+    }
+  }
+  return m;
+}
+
+TEST(Cli, DemoEscapesControlBytesTheSameEveryRun) {
+  // The bytes go inside single quotes, which sh passes through unchanged.
+  const std::string args = "demo --text '" + std::string("\x01\x1b\n") + "'";
+  const auto a = run(args), b = run(args);
+  ASSERT_EQ(a.status, 0) << a.out;
+  EXPECT_NE(a.out.find("text     \"\\x01\\x1b\\x0a\"  (3 bytes)"), std::string::npos) << a.out;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST(Cli, DemoJsonReplacesInvalidUtf8AndSaysSo) {
+  const auto r = run("demo --json --text '" + std::string("a\xff") + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["text"], "a\xef\xbf\xbd");  // U+FFFD for the bad byte
+  EXPECT_EQ(j["text_is_utf8"], false);
+  EXPECT_EQ(j["text_bytes_hex"], "61ff");
+  EXPECT_NE(j["text_note"].get<std::string>().find("U+FFFD"), std::string::npos);
+  EXPECT_EQ(j["ids"], (nlohmann::json{97 + 4, 255 + 4}));  // the ids keep the real bytes
+  const auto ok = run_json("--text 'caf\xc3\xa9'");
+  EXPECT_EQ(ok["text"], "caf\xc3\xa9");
+  EXPECT_EQ(ok["text_is_utf8"], true);
+  EXPECT_FALSE(ok.contains("text_bytes_hex"));
+}
+
+TEST(Cli, TableOutOfMemoryNamesTheBytes) {
+  const auto path = scratch("cli_oom.npy");
+  const auto r = run_shell("bash -c 'ulimit -v 4000000; exec " + std::string(TOKPOS_CLI) +
+                           " table --dim 4096 --context 1000000 --out " + path + "'");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cannot allocate"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("16384000000 bytes"), std::string::npos) << r.out;
+}
+
+TEST(Cli, FailedCommandsLeaveThePreviousFile) {
+  const auto path = scratch("cli_keep.npy");
+  auto old = [&] {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    std::fputs("OLD\n", f);
+    std::fclose(f);
+  };
+  old();
+  auto r = run("table --dim 8 --context 4 --relative 9 --out " + path);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("--relative"), std::string::npos) << r.out;
+  EXPECT_EQ(slurp(path), "OLD\n");
+  r = run("table --dtype f16 --dim 8 --context 4 --relative 1 --out " + path);  // a fit it cannot report
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("--relative"), std::string::npos) << r.out;
+  EXPECT_EQ(slurp(path), "OLD\n");
+  r = run("embed --weights " + data("tiny_bert.safetensors") + " --ids 5,0 --token-types 0,2 --out " + path);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(slurp(path), "OLD\n");
+}
+
+TEST(Cli, SeedOutsideItsRangeIsRefused) {
+  for (const char* command : {"demo", "plot --dim 8 --context 8 --out seed-plots-never"}) {
+    for (const char* seed : {"-1", "18446744073709551616", "1e23", "99999999999999999999999", "1.5", "x"}) {
+      const auto r = run(std::string(command) + " --seed " + seed);
+      EXPECT_NE(r.status, 0) << command << " --seed " << seed << " -> " << r.out;
+      EXPECT_NE(r.out.find("--seed"), std::string::npos) << command << " --seed " << seed << " -> " << r.out;
+    }
+  }
+  const auto j = run_json("--seed 18446744073709551615 --context 32");
+  EXPECT_EQ(j["config"]["seed"].get<uint64_t>(), 18446744073709551615ull);
+}
+
+TEST(Cli, EmbedRefusesFlagsItWouldIgnore) {
+  struct Case {
+    std::string args;
+    std::vector<std::string> pieces;
+  };
+  const std::string bert = "embed --preset bert --ids 1 --weights " + data("tiny_bert.safetensors");
+  const std::string gpt2 = "embed --preset gpt2 --ids 1 --weights " + data("tiny_gpt2.safetensors");
+  for (const Case& c : {Case{bert + " --map bogus=foo", {"--map", "bogus"}},
+                        Case{bert + " --map wte=foo", {"--map", "wte", "gpt2"}},
+                        Case{bert + " --map word=a --map word=b", {"--map", "word", "twice"}},
+                        Case{bert + " --map word=a,word=b", {"--map", "word", "twice"}},
+                        Case{gpt2 + " --eps 1e-5", {"--eps", "bert"}},
+                        Case{gpt2 + " --no-layer-norm", {"--no-layer-norm", "bert"}}}) {
+    const auto r = run(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << " -> " << r.out;
+    for (const auto& p : c.pieces) EXPECT_NE(r.out.find(p), std::string::npos) << c.args << " -> " << r.out;
+  }
+  EXPECT_EQ(run(bert + " --eps 1e-5").status, 0);
+  EXPECT_EQ(run(gpt2 + " --map wte=wte.weight").status, 0);
+}
+
+TEST(Cli, EmbedNamesTokenTypesInTheirRangeError) {
+  const auto r = run("embed --weights " + data("tiny_bert.safetensors") + " --ids 5,0 --token-types 0,2");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("--token-types"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 at (b=0, t=1) is outside [0, 2)"), std::string::npos) << r.out;
+  const auto neg = run("embed --weights " + data("tiny_bert.safetensors") + " --ids 5,0 --token-types 0,-1");
+  EXPECT_EQ(neg.status, 1) << neg.out;
+  EXPECT_NE(neg.out.find("--token-types"), std::string::npos) << neg.out;
+}
+
+TEST(Cli, BaseErrorsAreReadable) {
+  for (const char* args : {"demo --base 0", "demo --base -3", "demo --base inf", "table --dim 8 --context 4 --out x.npy --base 0",
+                           "table --dim 8 --context 4 --out x.npy --min-timescale 0", "plot --base 0"}) {
+    const auto r = run(args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_NE(r.out.find("--base") == std::string::npos ? r.out.find("--min-timescale") : 0, std::string::npos)
+        << args << " -> " << r.out;
+    EXPECT_NE(r.out.find("finite"), std::string::npos) << args << " -> " << r.out;
+    EXPECT_LT(r.out.size(), 300u) << args << " -> " << r.out;  // no 300-digit bound
+  }
+  // The demo's wavelength bands need wavelengths that grow with the pair: base > 1.
+  for (const char* base : {"0.5", "1"}) {
+    const auto r = run(std::string("demo --base ") + base);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("--base"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("> 1"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("[0, 0)"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(run("demo --base 1.5").status, 0);
+}
+
+TEST(Cli, ProgressOnlyOnATerminal) {
+  const auto dir = scratch("cli_progress");
+  const auto quiet = run("plot --dim 8 --context 8 --out " + dir);
+  ASSERT_EQ(quiet.status, 0) << quiet.out;
+  EXPECT_EQ(quiet.out.find("plot: ["), std::string::npos) << quiet.out;  // stderr is a pipe
+  EXPECT_EQ(run("demo").out.find("demo: ["), std::string::npos);
+  const auto forced = run_shell("TOKPOS_PROGRESS=1 " + std::string(TOKPOS_CLI) + " plot --dim 8 --context 8 --out " + dir);
+  ASSERT_EQ(forced.status, 0) << forced.out;
+  EXPECT_NE(forced.out.find("plot: ["), std::string::npos) << forced.out;
+  EXPECT_NE(forced.out.find("similarity_matrix"), std::string::npos) << forced.out;
+  const auto demo = run_shell("TOKPOS_PROGRESS=1 " + std::string(TOKPOS_CLI) + " demo");
+  ASSERT_EQ(demo.status, 0) << demo.out;
+  EXPECT_NE(demo.out.find("demo: ["), std::string::npos) << demo.out;
+  EXPECT_EQ(run_shell("TOKPOS_PROGRESS=0 " + std::string(TOKPOS_CLI) + " demo").out.find("demo: ["), std::string::npos);
+  // A real terminal, where util-linux script(1) is there to give one.
+  if (run_shell("command -v script").status != 0) GTEST_SKIP() << "no script(1) to run under a terminal";
+  const auto tty = run_shell("script -qec '" + std::string(TOKPOS_CLI) + " plot --dim 8 --context 8 --out " + dir +
+                             "' /dev/null");
+  EXPECT_EQ(tty.status, 0) << tty.out;
+  EXPECT_NE(tty.out.find("plot: ["), std::string::npos) << tty.out;
+}
+
+TEST(Cli, InterruptedOrFailedPlotKeepsThePreviousPictures) {
+  const auto dir = scratch("cli_plots_keep");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(run("plot --dim 8 --context 8 --out " + dir).status, 0);
+  const auto before = snapshot(dir);
+  ASSERT_EQ(before.size(), 12u);
+  // Interrupted while it works (the full run takes minutes).
+  auto r = run_shell("timeout -s INT 4 " + std::string(TOKPOS_CLI) + " plot --dim 4096 --context 2048 --out " + dir);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_EQ(snapshot(dir), before);
+  // A failure at the last picture: a directory stands where lookup.png goes.
+  std::filesystem::remove(dir + "/lookup.png");
+  std::filesystem::create_directory(dir + "/lookup.png");
+  auto with_dir = before;
+  with_dir["lookup.png"] = "<dir>";
+  r = run("plot --dim 16 --context 16 --out " + dir);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("lookup.png"), std::string::npos) << r.out;
+  EXPECT_EQ(snapshot(dir), with_dir);  // nothing replaced, no temporary files
 }
 
 TEST(Cli, Version) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -150,6 +151,29 @@ TEST(PlotErrors, BadOutIsAClearError) {
   expect(file, "is a file, not a directory", tokpos::Status::kInvalidArgument);
   expect(file + "/sub", "cannot create --out directory", tokpos::Status::kIoError);
   expect("/proc/tokpos-cannot-be-here", "cannot create --out directory", tokpos::Status::kIoError);
+}
+
+TEST(PlotErrors, ADirectoryInTheWayWritesNoPicture) {
+  const std::string dir = ::testing::TempDir() + "tokpos_plot_in_the_way";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/b.svg");  // a directory where the second figure's SVG goes
+  std::ofstream(dir + "/a.png") << "old";
+  auto draw = [](cairo_t* cr) { tokpos::plot::text(cr, 10, 10, "x", 12); };
+  const std::vector<tokpos::plot::Figure> figures = {tokpos::plot::render_figure("a", 40, 30, draw),
+                                                     tokpos::plot::render_figure("b", 40, 30, draw)};
+  EXPECT_FALSE(figures[0].png.empty());
+  EXPECT_FALSE(figures[0].svg.empty());
+  try {
+    tokpos::plot::write_figures(dir, figures);
+    ADD_FAILURE() << "no error";
+  } catch (const tokpos::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/b.svg"), std::string::npos) << e.what();
+    EXPECT_EQ(e.status(), tokpos::Status::kIoError) << e.what();
+  }
+  EXPECT_EQ(read_all(dir + "/a.png"), "old");  // nothing was written, not even the first picture
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 2);  // a.png and the directory b.svg: no temporary files
 }
 
 }  // namespace

@@ -1,11 +1,48 @@
 // The tokpos command line: every subcommand's flags, checks and defaults.
 #include "cli.h"
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "tokpos/tokpos.h"
 
 namespace tokpos::app {
+namespace {
+
+// A seed: decimal digits only, in [0, 2^64). CLI11 alone would wrap -1 to
+// 2^64 - 1 and saturate 2^64 and 1e23 to it, silently.
+CLI::Validator seed_range() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+        errno = 0;
+        if (digits) (void)std::strtoull(s.c_str(), nullptr, 10);
+        if (!digits || errno == ERANGE) {
+          return "'" + s + "' is not an integer in [0, 2^64 - 1 = 18446744073709551615]";
+        }
+        return {};
+      },
+      "UINT64", "seed");
+}
+
+// A positive finite number, with a readable bound in the message (CLI::Range
+// over the doubles printed the largest double in full, 309 digits).
+CLI::Validator positive_finite() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end == s.c_str() || *end != '\0') return "'" + s + "' is not a number";
+        if (!(v > 0) || !std::isfinite(v)) return "'" + s + "' must be > 0 and finite";
+        return {};
+      },
+      "POSITIVE", "positive_finite");
+}
+
+}  // namespace
 
 void configure_cli(CLI::App& app, Commands& c) {
   app.set_version_flag("--version", std::string(tokpos_version()));
@@ -25,9 +62,11 @@ void configure_cli(CLI::App& app, Commands& c) {
   c.demo_cmd->add_option("--context", demo.max_context, "Max context L")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
-  c.demo_cmd->add_option("--seed", demo.seed, "Seed of the Philox initialiser")->capture_default_str();
-  c.demo_cmd->add_option("--base", demo.base, "Sinusoidal base")
-      ->check(CLI::Range(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()))
+  c.demo_cmd->add_option("--seed", demo.seed, "Seed of the Philox initialiser, in [0, 2^64)")
+      ->check(seed_range())
+      ->capture_default_str();
+  c.demo_cmd->add_option("--base", demo.base, "Sinusoidal base (> 1, for the wavelength bands)")
+      ->check(positive_finite())
       ->capture_default_str();
   c.demo_cmd->add_flag("--json", demo.json, "Print one JSON object instead of the report");
 
@@ -47,10 +86,10 @@ void configure_cli(CLI::App& app, Commands& c) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 52))
       ->capture_default_str();
   c.table_cmd->add_option("--base", table.base, "Base (t2t: max_timescale, ggml: max_period)")
-      ->check(CLI::Range(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()))
+      ->check(positive_finite())
       ->capture_default_str();
   c.table_cmd->add_option("--min-timescale", table.min_timescale, "t2t only")
-      ->check(CLI::Range(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()))
+      ->check(positive_finite())
       ->capture_default_str();
   c.table_cmd
       ->add_option("--padding-idx", table.padding_idx, "fairseq only: this position's row is zero (-1: none)")
@@ -83,7 +122,13 @@ void configure_cli(CLI::App& app, Commands& c) {
           "--map", embed.map,
           "ROLE=NAME: read a role (wte, wpe, word, position, token_type, ln_weight, ln_bias) from NAME")
       ->delimiter(',');
-  c.embed_cmd->add_option("--eps", embed.eps, "bert: LayerNorm eps")->capture_default_str();
+  c.embed_cmd->add_option_function<double>(
+      "--eps",
+      [&embed](const double& eps) {
+        embed.eps = eps;
+        embed.eps_given = true;
+      },
+      "bert: LayerNorm eps (default 1e-12)");
   c.embed_cmd->add_flag("--no-layer-norm", embed.no_layer_norm, "bert: stop at the sum before LayerNorm");
   c.embed_cmd->add_option("--out", embed.out, "Write the (B, T, D) output as FILE.npy");
 
@@ -93,12 +138,14 @@ void configure_cli(CLI::App& app, Commands& c) {
       ->check(CLI::Range(int64_t{2}, int64_t{4096}))->capture_default_str();
   c.plot_cmd->add_option("--context", plot.context, "Positions L")->check(CLI::Range(int64_t{2}, int64_t{2048}))->capture_default_str();
   c.plot_cmd->add_option("--base", plot.base, "Sinusoidal base")
-      ->check(CLI::Range(std::numeric_limits<double>::min(), std::numeric_limits<double>::max()))->capture_default_str();
+      ->check(positive_finite())->capture_default_str();
   c.plot_cmd->add_option("--layout", plot.layout, "interleaved|halves|fairseq|t2t|ggml")
       ->check(CLI::IsMember({"interleaved", "halves", "fairseq", "t2t", "ggml"}))->capture_default_str();
   c.plot_cmd->add_option("--out", plot.out, "Output directory (created if missing)")->capture_default_str();
   c.plot_cmd->add_option("--text", plot.text, "Text of the lookup example")->capture_default_str();
-  c.plot_cmd->add_option("--seed", plot.seed, "Seed of the learned table")->capture_default_str();
+  c.plot_cmd->add_option("--seed", plot.seed, "Seed of the learned table, in [0, 2^64)")
+      ->check(seed_range())
+      ->capture_default_str();
 
 }
 

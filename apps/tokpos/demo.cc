@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "format.h"
+#include "progress.h"
+#include "tokpos/error.h"
 #include "tokpos/composer.h"
 #include "tokpos/diagnostics.h"
 #include "tokpos/tokenizer.h"
@@ -49,14 +51,27 @@ struct Variant {
   EmbeddingComposer composer;
   std::vector<double> adjacent;
   std::vector<double> by_offset;
+  std::vector<RelativeFit> fits;  // k = 1, then k = min(8, L - 1) when that differs
 };
+
+std::string hex_bytes(const std::string& text) {
+  std::string s;
+  for (unsigned char c : text) {
+    char hex[4];
+    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned>(c));
+    s += hex;
+  }
+  return s;
+}
 
 std::string escape_text(const std::string& text) {
   std::string s;
   for (unsigned char c : text) {
     if (c == '"' || c == '\\') s += '\\';
-    if (c < 0x20) {
-      s += fmt("\\x%02x", c);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(c));
+      s += hex;
       continue;
     }
     s += static_cast<char>(c);
@@ -67,6 +82,12 @@ std::string escape_text(const std::string& text) {
 }  // namespace
 
 void run_demo(const DemoOptions& o, std::ostream& out) {
+  if (!(o.base > 1) || !std::isfinite(o.base)) {
+    throw Error(Status::kInvalidArgument,
+                "tokpos demo: --base " + fmt("%g", o.base) +
+                    " must be > 1 and finite: the wavelength bands need wavelengths that grow with the pair "
+                    "(tokpos table and tokpos plot take any base > 0)");
+  }
   const std::vector<int64_t> ids = ByteTokenizer::encode(o.text);
   const int64_t B = 1, T = static_cast<int64_t>(ids.size()), D = o.dim, L = o.max_context;
 
@@ -77,19 +98,35 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
                                         std::make_unique<LearnedPositionalEmbedding>(LearnedPositionalOptions{
                                             .max_context = L, .dim = D, .seed = o.seed})),
                       {},
+                      {},
                       {}});
   variants.push_back({"sinusoidal",
                       EmbeddingComposer(TokenEmbedding(token_options),
                                         std::make_unique<SinusoidalPositionalEmbedding>(
                                             SinusoidalOptions{.max_context = L, .dim = D, .base = o.base})),
                       {},
+                      {},
                       {}});
   std::vector<float> output;
-  for (auto& v : variants) {
-    output = v.composer.forward(ids, B, T);  // checks ids < V and T <= L; throws with the values
-    v.adjacent = adjacent_cosine(v.composer.position().table(), L, D);
-    v.by_offset = cosine_by_offset(v.composer.position().table(), L, D, std::min<int64_t>(L - 1, 64));
+  std::vector<int64_t> fit_offsets;
+  for (int64_t k : {int64_t{1}, std::min<int64_t>(8, L - 1)}) {
+    if (k >= 1 && k < L && (fit_offsets.empty() || fit_offsets.back() != k)) fit_offsets.push_back(k);
   }
+  plot::Progress progress("demo", static_cast<int>(variants.size() * (3 + fit_offsets.size())));
+  for (auto& v : variants) {
+    const std::string name = v.name;
+    progress.step(name + " forward");
+    output = v.composer.forward(ids, B, T);  // checks ids < V and T <= L; throws with the values
+    progress.step(name + " adjacent cosine");
+    v.adjacent = adjacent_cosine(v.composer.position().table(), L, D);
+    progress.step(name + " cosine by offset");
+    v.by_offset = cosine_by_offset(v.composer.position().table(), L, D, std::min<int64_t>(L - 1, 64));
+    for (int64_t k : fit_offsets) {
+      progress.step(name + " relative fit k = " + std::to_string(k));
+      v.fits.push_back(relative_position_fit(v.composer.position().table(), L, D, k));
+    }
+  }
+  progress.done();
   const auto wavelengths = sinusoidal_wavelengths(D, o.base);
   const auto bands = wavelength_bands(wavelengths);
   const int64_t tok_params = variants[0].composer.token().num_parameters();
@@ -98,7 +135,26 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
     nlohmann::json j;
     j["config"] = {
         {"vocab_size", o.vocab_size}, {"dim", D}, {"max_context", L}, {"seed", o.seed}, {"base", o.base}};
-    j["text"] = o.text;
+    // JSON strings are UTF-8: a text that is not is shown with U+FFFD for each
+    // bad byte, and its exact bytes are given in hex (and, as always, in ids).
+    bool utf8 = true;
+    try {
+      (void)nlohmann::json(o.text).dump();
+    } catch (const nlohmann::json::type_error&) {
+      utf8 = false;
+    }
+    j["text_is_utf8"] = utf8;
+    if (utf8) {
+      j["text"] = o.text;
+    } else {
+      j["text"] = nlohmann::json::parse(
+                      nlohmann::json(o.text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+                      .get<std::string>();
+      j["text_bytes_hex"] = hex_bytes(o.text);
+      j["text_note"] =
+          "the text is not valid UTF-8: in \"text\" each invalid byte is replaced by U+FFFD; "
+          "\"text_bytes_hex\" has the exact bytes, and ids are byte + 4";
+    }
     j["ids"] = ids;
     j["shapes"] = {{"ids", {B, T}}, {"output", {B, T, D}}};
     j["parameters"] = {{"token", tok_params},
@@ -114,10 +170,8 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
       j["cosine_by_offset"][v.name] = v.by_offset;
     }
     for (const auto& v : variants) {
-      const auto& t = v.composer.position().table();
-      for (int64_t k : {int64_t{1}, std::min<int64_t>(8, L - 1)}) {
-        if (k < 1 || k >= L) continue;
-        const auto fit = relative_position_fit(t, L, D, k);
+      for (const auto& fit : v.fits) {
+        const int64_t k = fit.offset;
         j["relative_position_fit"][v.name].push_back(
             {{"k", k}, {"max_residual", fit.max_residual}, {"relative", fit.relative}, {"pairs", fit.pairs}});
       }
@@ -130,7 +184,7 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
                                        {"first_pair", b.first_pair},
                                        {"last_pair", b.last_pair}});
     }
-    out << j.dump() << "\n";
+    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
 
@@ -184,8 +238,8 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
     out << "  relative-position fit PE(p+k) = R_k PE(p), R_k one 2x2 rotation per sin/cos pair (largest "
            "residual):\n";
     for (const auto& v : variants) {
-      const auto f1 = relative_position_fit(v.composer.position().table(), L, D, 1);
-      const auto fk = relative_position_fit(v.composer.position().table(), L, D, k);
+      const auto& f1 = v.fits.front();
+      const auto& fk = v.fits.back();
       char line[200];
       std::snprintf(line, sizeof line,
                     "  %-13s k = 1: %.2g (%.2g of the largest entry)   k = %lld: %.2g (%.2g)\n", v.name,

@@ -1,8 +1,11 @@
 #include "embed.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+
+#include "progress.h"
 
 #include "tokpos/diagnostics.h"
 #include "tokpos/error.h"
@@ -50,13 +53,29 @@ std::vector<int64_t> parse_matrix(const std::string& text, const char* flag, int
 }  // namespace
 
 void run_embed(const EmbedCommand& c, std::ostream& log) {
+  // Every flag is checked before the weights are read: none is silently ignored.
+  if (c.preset == "gpt2" && c.eps_given)
+    throw Error(Status::kInvalidArgument, "tokpos embed: --eps belongs to the bert preset (gpt2 has no LayerNorm here)");
+  if (c.preset == "gpt2" && c.no_layer_norm)
+    throw Error(Status::kInvalidArgument, "tokpos embed: --no-layer-norm belongs to the bert preset");
+  const std::vector<std::string> roles =
+      c.preset == "gpt2" ? std::vector<std::string>{"wte", "wpe"}
+                         : std::vector<std::string>{"word", "position", "token_type", "ln_weight", "ln_bias"};
   NameMap names;
   for (const auto& m : c.map) {
     const auto eq = m.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) {
       throw Error(Status::kInvalidArgument, "tokpos embed: --map '" + m + "' is not ROLE=NAME");
     }
-    names[m.substr(0, eq)] = m.substr(eq + 1);
+    const std::string role = m.substr(0, eq);
+    if (std::find(roles.begin(), roles.end(), role) == roles.end()) {
+      throw Error(Status::kInvalidArgument,
+                  "tokpos embed: --map '" + m + "': '" + role + "' is not a role of the " + c.preset +
+                      " preset (gpt2: wte, wpe; bert: word, position, token_type, ln_weight, ln_bias)");
+    }
+    if (!names.emplace(role, m.substr(eq + 1)).second) {
+      throw Error(Status::kInvalidArgument, "tokpos embed: --map: role '" + role + "' is given twice");
+    }
   }
   int64_t B, T;
   const auto ids = parse_matrix(c.ids, "--ids", &B, &T);
@@ -77,6 +96,16 @@ void run_embed(const EmbedCommand& c, std::ostream& log) {
     types = parse_matrix(c.token_types, "--token-types", &r, &k);
     if (r != B || k != T)
       throw Error(Status::kInvalidArgument, "tokpos embed: --token-types must have the shape of --ids");
+    const int64_t n_types = model.token_types() ? model.token_types()->vocab_size() : 0;
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] < 0 || types[i] >= n_types) {
+        throw Error(Status::kIdOutOfRange,
+                    "tokpos embed: --token-types: token type id " + std::to_string(types[i]) + " at (b=" +
+                        std::to_string(static_cast<int64_t>(i) / T) + ", t=" +
+                        std::to_string(static_cast<int64_t>(i) % T) + ") is outside [0, " +
+                        std::to_string(n_types) + ") (the checkpoint's token types)");
+      }
+    }
     options.token_type_ids = types;
   }
   if (c.preset == "gpt2") {
@@ -122,6 +151,7 @@ void run_embed(const EmbedCommand& c, std::ostream& log) {
   }
   log << "\n";
   if (!c.out.empty()) {
+    plot::DeferSignals defer;  // an interrupt waits for the (atomic) write: no temporary file is left
     write_npy(c.out, "<f4", {B, T, D}, out.data(), out.size() * sizeof(float));
     log << "wrote " << c.out << "\n";
   }

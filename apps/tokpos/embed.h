@@ -17,6 +17,7 @@ struct EmbedCommand {
   int64_t past = 0;              // gpt2: tokens already in the cache
   std::vector<std::string> map;  // role=NAME overrides of tensor names
   double eps = 1e-12;            // bert LayerNorm eps
+  bool eps_given = false;        // --eps was on the command line (refused for gpt2)
   bool no_layer_norm = false;    // bert: stop at the sum (for comparisons)
   std::string out;               // optional FILE.npy for the full (B, T, D) output
 };

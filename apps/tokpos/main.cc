@@ -4,6 +4,7 @@
 //   embed  a real checkpoint's input stage (GPT-2, BERT) on given token ids
 //   plot   the diagnostics as pictures (PNG and SVG)
 #include <iostream>
+#include <new>
 
 #include "cli.h"
 #include "tokpos/error.h"
@@ -24,6 +25,9 @@ int main(int argc, char** argv) {
     if (*c.plot_cmd) tokpos::plot::make_plots(c.plot, std::cout);
   } catch (const tokpos::Error& e) {
     std::cerr << "tokpos: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc& e) {  // the commands name the size where they can; this is the backstop
+    std::cerr << "tokpos: error: out of memory (TOKPOS_OUT_OF_MEMORY): an allocation failed (" << e.what() << ")\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "tokpos: internal error: " << e.what() << "\n";

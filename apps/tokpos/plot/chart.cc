@@ -1,6 +1,7 @@
 #include "chart.h"
 
 #include <cairo-svg.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <span>
 
 #include "tokpos/error.h"
+#include "progress.h"
 #include "tokpos/files.h"
 
 namespace tokpos::plot {
@@ -186,28 +188,60 @@ void check(cairo_status_t s, const std::string& what) {
 }
 }  // namespace
 
-void save_figure(const std::string& dir, const std::string& name, int w, int h,
-                 const std::function<void(cairo_t*)>& draw) {
+Figure render_figure(const std::string& name, int w, int h, const std::function<void(cairo_t*)>& draw) {
   auto paint = [&](cairo_surface_t* surface) {
     cairo_t* cr = cairo_create(surface);
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
     draw(cr);
-    check(cairo_status(cr), "drawing " + name);
+    const cairo_status_t s = cairo_status(cr);
     cairo_destroy(cr);
+    check(s, "drawing " + name);
   };
-  std::vector<unsigned char> png, svg;
+  Figure f{name, {}, {}};
   cairo_surface_t* image = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, w, h);
-  paint(image);
-  check(cairo_surface_write_to_png_stream(image, append, &png), "encoding " + name + ".png");
+  try {
+    paint(image);
+    check(cairo_surface_write_to_png_stream(image, append, &f.png), "encoding " + name + ".png");
+  } catch (...) {
+    cairo_surface_destroy(image);
+    throw;
+  }
   cairo_surface_destroy(image);
-  cairo_surface_t* vector = cairo_svg_surface_create_for_stream(append, &svg, w, h);
-  paint(vector);
-  cairo_surface_finish(vector);
-  check(cairo_surface_status(vector), "encoding " + name + ".svg");
+  cairo_surface_t* vector = cairo_svg_surface_create_for_stream(append, &f.svg, w, h);
+  try {
+    paint(vector);
+    cairo_surface_finish(vector);
+    check(cairo_surface_status(vector), "encoding " + name + ".svg");
+  } catch (...) {
+    cairo_surface_destroy(vector);
+    throw;
+  }
   cairo_surface_destroy(vector);
-  write_file_atomically(dir + "/" + name + ".png", std::as_bytes(std::span(png)), "tokpos plot");
-  write_file_atomically(dir + "/" + name + ".svg", std::as_bytes(std::span(svg)), "tokpos plot");
+  return f;
+}
+
+void write_figures(const std::string& dir, const std::vector<Figure>& figures) {
+  for (const Figure& f : figures) {
+    for (const char* ext : {".png", ".svg"}) {
+      const std::string path = dir + "/" + f.name + ext;
+      struct stat st {};
+      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        throw Error(Status::kIoError, "tokpos plot: cannot write " + path +
+                                          ": it is a directory (no picture was written)");
+      }
+    }
+  }
+  DeferSignals defer;
+  for (const Figure& f : figures) {
+    write_file_atomically(dir + "/" + f.name + ".png", std::as_bytes(std::span(f.png)), "tokpos plot");
+    write_file_atomically(dir + "/" + f.name + ".svg", std::as_bytes(std::span(f.svg)), "tokpos plot");
+  }
+}
+
+void save_figure(const std::string& dir, const std::string& name, int w, int h,
+                 const std::function<void(cairo_t*)>& draw) {
+  write_figures(dir, {render_figure(name, w, h, draw)});
 }
 
 }  // namespace tokpos::plot

@@ -48,8 +48,22 @@ void heatmap_axes(cairo_t* cr, Rect r, int rows, int cols, const std::string& xl
 std::vector<double> nice_ticks(double lo, double hi, int target);
 std::string tick_label(double v);
 
-// Renders draw(cr) into a w x h PNG and SVG under dir/name.{png,svg}, each
-// written atomically. Throws tokpos::Error naming the file on failure.
+// One figure rendered in memory: the bytes of name.png and name.svg.
+struct Figure {
+  std::string name;
+  std::vector<unsigned char> png, svg;
+};
+
+// Renders draw(cr) into a w x h PNG and SVG in memory; writes nothing.
+Figure render_figure(const std::string& name, int w, int h, const std::function<void(cairo_t*)>& draw);
+
+// Writes every figure to dir/name.{png,svg}, each file atomically. First
+// checks that no target is a directory (nothing is written then); while it
+// writes, SIGINT/SIGTERM/SIGHUP wait until it is done. Throws tokpos::Error
+// naming the file on failure; the files not yet written keep their old contents.
+void write_figures(const std::string& dir, const std::vector<Figure>& figures);
+
+// render_figure, then write_figures for that one figure.
 void save_figure(const std::string& dir, const std::string& name, int w, int h,
                  const std::function<void(cairo_t*)>& draw);
 

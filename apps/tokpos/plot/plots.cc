@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "format.h"
+#include "progress.h"
 #include "tokpos/composer.h"
 #include "tokpos/diagnostics.h"
 #include "tokpos/error.h"
@@ -67,17 +68,27 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
     throw Error(Status::kInvalidArgument, "tokpos plot: --context " + std::to_string(o.context) + " is outside [2, 2048]");
   }
   const int64_t L = o.context, D = o.dim;
+  // A file where the directory should be is refused now; the directory itself
+  // is made at the end, with the pictures, so a failed or interrupted run
+  // leaves nothing behind.
+  if (struct stat st {}; ::stat(o.out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    throw Error(Status::kInvalidArgument, "tokpos plot: --out '" + o.out + "' is a file, not a directory");
+  }
+  // Every picture is drawn in memory first and written only when all are
+  // ready: until then the previous pictures stay as they were.
+  Progress progress("plot", 10);
+  progress.step("tables");
   const TableOptions topt{.layout = *layout, .base = o.base};
   const auto sinus = position_table(L, D, 0, topt);  // validates base
   LearnedPositionalEmbedding learned({.max_context = L, .dim = D, .seed = o.seed});
   const std::vector<float> learned_t(learned.table().begin(), learned.table().end());
-  ensure_directory(o.out);
 
   std::vector<PlotFile> files;
+  std::vector<Figure> figures;
   auto save = [&](const std::string& name, const std::string& caption, const std::function<void(cairo_t*)>& draw) {
-    save_figure(o.out, name, kWidth, kHeight, draw);
+    progress.step(name);
+    figures.push_back(render_figure(name, kWidth, kHeight, draw));
     files.push_back({name, caption});
-    log << "wrote " << o.out << "/" << name << ".png and .svg (" << kWidth << "x" << kHeight << "): " << caption << "\n";
   };
 
   const std::string shape = "L = " + std::to_string(L) + " positions x D = " + std::to_string(D);
@@ -94,6 +105,7 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
        });
 
   const int64_t K = L - 1;
+  progress.step("cosine by offset");
   const auto sim_s = cosine_by_offset(sinus, L, D, K), sim_l = cosine_by_offset(learned_t, L, D, K);
   save("similarity_by_offset", "sinusoidal rows stay similar to near neighbours and decay smoothly; learned rows start unrelated",
        [&](cairo_t* cr) {
@@ -133,6 +145,7 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
         m[p * L + q] = static_cast<float>(cosine(std::span(t).subspan(p * D, D), std::span(t).subspan(q * D, D)));
     return m;
   };
+  progress.step("similarity matrices");
   const auto ms = matrix(sinus), ml = matrix(learned_t);
   save("similarity_matrix", "the sinusoidal matrix has bands along the diagonal (similarity depends on p - q); the learned one only its diagonal",
        [&](cairo_t* cr) {
@@ -222,6 +235,15 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
          text(cr, kWidth / 2.0, 600, "token rows are small (N(0, 0.02^2)), so at initialisation the position signal dominates the sum",
               13, Align::kCenter, false, 0, kGrey);
        });
+
+  progress.step("writing files");
+  ensure_directory(o.out);
+  write_figures(o.out, figures);
+  progress.done();
+  for (const auto& f : files) {
+    log << "wrote " << o.out << "/" << f.name << ".png and .svg (" << kWidth << "x" << kHeight << "): " << f.caption
+        << "\n";
+  }
   return files;
 }
 
