@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,9 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include "tokpos/npy.h"
@@ -465,6 +469,64 @@ TEST(Cli, Version) {
   const auto r = run("--version");
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("0.1.0"), std::string::npos);
+}
+
+// --out never replaces what is not a regular file: a FIFO, a character device
+// (as root), a directory; a symbolic link is followed, so the file it points
+// to is replaced and the link stays a link.
+TEST(Cli, TableOutRefusesWhatIsNotARegularFileAndFollowsLinks) {
+  const auto dir = scratch("cli_out_kinds_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto fifo = dir + "/fifo.npy";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  auto r = run("table --dim 8 --context 4 --out " + fifo);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot write " + fifo + ": it is a FIFO, not a regular file"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::is_fifo(std::filesystem::symlink_status(fifo)));
+  if (::geteuid() == 0) {
+    const auto null = dir + "/mynull";
+    ASSERT_EQ(::mknod(null.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0) << std::strerror(errno);
+    r = run("table --dim 8 --context 4 --out " + null);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("cannot write " + null + ": it is a character device"), std::string::npos) << r.out;
+    EXPECT_TRUE(std::filesystem::is_character_file(std::filesystem::symlink_status(null)));
+  }
+  const auto real = dir + "/real.npy", link = dir + "/link.npy";
+  ASSERT_EQ(run("table --dim 8 --context 4 --out " + real).status, 0);
+  std::filesystem::create_symlink("real.npy", link);
+  r = run("table --dim 8 --context 6 --out " + link);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::is_symlink(std::filesystem::symlink_status(link)));
+  EXPECT_EQ(tokpos::read_npy(real).shape, (std::vector<int64_t>{6, 8}));
+  std::filesystem::create_symlink("gone.npy", dir + "/dangling.npy");
+  r = run("table --dim 8 --context 4 --out " + dir + "/dangling.npy");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("does not exist"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/gone.npy"));
+  std::filesystem::remove_all(dir);
+}
+
+// A link planted at the old, predictable temporary name (OUT.tmp.<pid>, the
+// pid known in advance through exec) does not redirect the write.
+TEST(Cli, TableOutIgnoresAPlantedTemporaryName) {
+  const auto dir = scratch("cli_plant_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir + "/victim.txt") << "precious"; }
+  const std::string cmd = "cd " + dir + " && bash -c 'ln -s victim.txt plant.npy.tmp.$$; exec " +
+                          std::string(TOKPOS_CLI) + " table --dim 8 --context 4 --out plant.npy' 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  EXPECT_EQ(pclose(pipe), 0) << out;
+  std::ifstream in(dir + "/victim.txt");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), "precious");
+  EXPECT_EQ(tokpos::read_npy(dir + "/plant.npy").shape, (std::vector<int64_t>{4, 8}));
+  std::filesystem::remove_all(dir);
 }
 
 // --weights that is not a regular file is refused by name; a FIFO used to

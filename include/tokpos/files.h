@@ -10,11 +10,23 @@
 
 namespace tokpos {
 
-// Writes `bytes` to a temporary file beside `path`, fsyncs it and renames it
-// over `path`, so readers see either the old file or the whole new one. On any
-// failure the temporary file is removed, `path` is untouched, and
-// Error(kIoError) names the path and the OS error (errno's text), prefixed by
-// `where` (the caller, for the message).
+// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it
+// over `path` and fsyncs the directory, so readers see either the old file or
+// the whole new one. On any failure the temporary file is removed, `path` is
+// untouched, and Error(kIoError) names the path and the OS error (errno's
+// text), prefixed by `where` (the caller, for the message).
+//
+// - Only a regular file is replaced. A directory, device, FIFO or socket at
+//   `path` is refused (kIoError, naming what it is) and left as it was.
+// - A symbolic link (or a chain of them) is followed: the regular file at its
+//   end is replaced, in that file's own directory, and the links stay links.
+//   A link to nothing, or to something that is not a regular file, is refused.
+// - The replacement keeps the old file's permission bits; a new file gets
+//   0666 masked by the umask, as open(2) would give it.
+// - The temporary file has an unpredictable hidden name (.NAME.tmp.XXXXXXXXXXXX)
+//   and is created afresh, never through an existing name or link, so
+//   concurrent writers of one path (threads or processes) all succeed: the
+//   last rename wins, and the file is always one complete version.
 TOKPOS_API void write_file_atomically(const std::string& path, std::span<const std::byte> bytes,
                                       const char* where = "tokpos::write_file_atomically");
 

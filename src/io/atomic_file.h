@@ -8,10 +8,16 @@
 
 namespace tokpos::detail {
 
-// Writes the pieces, in order, to a temporary file beside `path`, fsyncs it
-// and renames it over `path`. On any failure the temporary file is removed,
-// `path` is untouched, and Error(kIoError) names the path and the OS error
-// (strerror). `where` names the caller in the message.
+// Writes the pieces, in order, to a temporary file beside `path`, fsyncs it,
+// renames it over `path` and fsyncs the directory. On any failure the
+// temporary file is removed, `path` is untouched, and Error(kIoError) names
+// the path and the OS error (strerror). `where` names the caller in the
+// message. Only a regular file is replaced (a directory, device, FIFO or
+// socket is refused); a symbolic link is followed to the regular file it ends
+// in, which is replaced in its own directory; the old file's mode is kept, and
+// a new file gets 0666 & ~umask. The temporary name is random and created
+// with O_EXCL | O_NOFOLLOW, so concurrent writers of one path all succeed.
+// The contract in full: include/tokpos/files.h.
 void write_file_atomically(const char* where, const std::string& path,
                            const std::vector<std::pair<const void*, size_t>>& pieces);
 
