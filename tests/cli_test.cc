@@ -359,9 +359,10 @@ TEST(Cli, FailedCommandsLeaveThePreviousFile) {
 }
 
 TEST(Cli, SeedOutsideItsRangeIsRefused) {
-  for (const char* command : {"demo", "plot --dim 8 --context 8 --out seed-plots-never"}) {
+  const std::string plot = "plot --dim 8 --context 8 --out " + scratch("cli_seed_plots");
+  for (const std::string& command : {std::string("demo"), plot}) {
     for (const char* seed : {"-1", "18446744073709551616", "1e23", "99999999999999999999999", "1.5", "x"}) {
-      const auto r = run(std::string(command) + " --seed " + seed);
+      const auto r = run(command + " --seed " + seed);
       EXPECT_NE(r.status, 0) << command << " --seed " << seed << " -> " << r.out;
       EXPECT_NE(r.out.find("--seed"), std::string::npos) << command << " --seed " << seed << " -> " << r.out;
     }
