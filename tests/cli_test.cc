@@ -328,7 +328,7 @@ TEST(Cli, DemoJsonReplacesInvalidUtf8AndSaysSo) {
 }
 
 TEST(Cli, TableOutOfMemoryNamesTheBytes) {
-  const auto path = scratch("cli_oom.npy");
+  const auto path = scratch("cli_oom." + std::to_string(getpid()) + ".npy");
   const auto r = run_shell("bash -c 'ulimit -v 4000000; exec " + std::string(TOKPOS_CLI) +
                            " table --dim 4096 --context 1000000 --out " + path + "'");
   EXPECT_EQ(r.status, 1) << r.out;
@@ -338,7 +338,7 @@ TEST(Cli, TableOutOfMemoryNamesTheBytes) {
 }
 
 TEST(Cli, FailedCommandsLeaveThePreviousFile) {
-  const auto path = scratch("cli_keep.npy");
+  const auto path = scratch("cli_keep." + std::to_string(getpid()) + ".npy");
   auto old = [&] {
     FILE* f = std::fopen(path.c_str(), "wb");
     std::fputs("OLD\n", f);
@@ -356,6 +356,7 @@ TEST(Cli, FailedCommandsLeaveThePreviousFile) {
   r = run("embed --weights " + data("tiny_bert.safetensors") + " --ids 5,0 --token-types 0,2 --out " + path);
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_EQ(slurp(path), "OLD\n");
+  std::remove(path.c_str());
 }
 
 TEST(Cli, SeedOutsideItsRangeIsRefused) {
@@ -424,7 +425,7 @@ TEST(Cli, BaseErrorsAreReadable) {
 }
 
 TEST(Cli, ProgressOnlyOnATerminal) {
-  const auto dir = scratch("cli_progress");
+  const auto dir = scratch("cli_progress." + std::to_string(getpid()));
   const auto quiet = run("plot --dim 8 --context 8 --out " + dir);
   ASSERT_EQ(quiet.status, 0) << quiet.out;
   EXPECT_EQ(quiet.out.find("plot: ["), std::string::npos) << quiet.out;  // stderr is a pipe
@@ -446,7 +447,7 @@ TEST(Cli, ProgressOnlyOnATerminal) {
 }
 
 TEST(Cli, InterruptedOrFailedPlotKeepsThePreviousPictures) {
-  const auto dir = scratch("cli_plots_keep");
+  const auto dir = scratch("cli_plots_keep." + std::to_string(getpid()));  // other build trees run this too
   std::filesystem::remove_all(dir);
   ASSERT_EQ(run("plot --dim 8 --context 8 --out " + dir).status, 0);
   const auto before = snapshot(dir);
@@ -464,6 +465,7 @@ TEST(Cli, InterruptedOrFailedPlotKeepsThePreviousPictures) {
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("lookup.png"), std::string::npos) << r.out;
   EXPECT_EQ(snapshot(dir), with_dir);  // nothing replaced, no temporary files
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, Version) {
