@@ -382,7 +382,7 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
   }
   std::vector<float> out(static_cast<size_t>(i.numel()));
   std::vector<uint8_t> copy;  // Access::kRead: the tensor's bytes
-  const uint8_t* p = data_ + i.offset;
+  const uint8_t* p = access_ == Access::kMap ? data_ + i.offset : nullptr;
   if (access_ == Access::kRead) {
     if (i.dtype == "F32") {  // straight into the result
       pread_all(path_, map_->fd, out.data(), i.bytes, data_offset_ + i.offset, "tensor '" + name + "'");
