@@ -80,7 +80,7 @@ Target resolve_target(const char* where, const std::string& path) {
     struct stat st {};
     if (::lstat(current.c_str(), &st) != 0) {
       const int err = errno;
-      if (current == path) {
+      if (links == 0) {
         if (err != ENOENT) fail(Status::kIoError, where, "cannot write ", path, ": ", std::strerror(err));
         if (path.back() == '/')
           fail(Status::kIoError, where, "cannot write ", path, ": it names a directory (it ends with '/'), not a regular file");
@@ -94,7 +94,7 @@ Target resolve_target(const char* where, const std::string& path) {
     }
     if (S_ISREG(st.st_mode)) return {current, true, static_cast<mode_t>(st.st_mode & 07777)};
     if (!S_ISLNK(st.st_mode)) {
-      if (current == path)
+      if (links == 0)
         fail(Status::kIoError, where, "cannot write ", path, ": it is ", kind_of(st.st_mode),
              ", not a regular file (tokpos cannot rename a new file over it)");
       fail(Status::kIoError, where, "cannot write ", path, ": it is a symbolic link to ", current, ", ",
