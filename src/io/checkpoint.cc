@@ -82,8 +82,10 @@ void load_entries(const std::string& path, const std::vector<Entry>& list) {
   // An unreadable file is kIoError and a malformed one kCorruptFile (from
   // SafetensorsFile::open). A well-formed file that does not fit the model is
   // the caller's mismatch: a missing tensor or a non-float dtype is
-  // kInvalidArgument, a tensor of another shape kShapeMismatch.
-  const auto file = SafetensorsFile::open(path);
+  // kInvalidArgument, a tensor of another shape kShapeMismatch. Every value
+  // is copied, so the file is read (pread), not mapped: one truncated while
+  // it is loaded is a named error, not SIGBUS.
+  const auto file = SafetensorsFile::open(path, SafetensorsFile::Access::kRead);
   // Check everything first: a failed load changes nothing.
   for (const auto& e : list) {
     if (!file.contains(e.name))
