@@ -32,10 +32,9 @@ struct Result {
   std::string out;
 };
 
-// Runs the CLI with args through the shell; stderr is folded into out.
-Result run(const std::string& args) {
-  const std::string cmd = std::string(TOKPOS_CLI) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
+// Runs a shell command line (sh -c) as given; stderr is folded into out.
+Result run_shell(const std::string& line) {
+  FILE* pipe = popen((line + " 2>&1").c_str(), "r");
   if (!pipe) return {-1, ""};
   std::string out;
   std::array<char, 4096> buf;
@@ -43,6 +42,11 @@ Result run(const std::string& args) {
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
   const int st = pclose(pipe);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// Runs the CLI with args through the shell; stderr is folded into out.
+Result run(const std::string& args) {
+  return run_shell(std::string(TOKPOS_CLI) + " " + args);
 }
 
 nlohmann::json run_json(const std::string& args) {
@@ -263,18 +267,6 @@ TEST(Cli, PlotWritesPicturesAndRejectsABadOut) {
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("cannot create --out directory"), std::string::npos) << bad.out;
   EXPECT_NE(run("plot --dim 1").status, 0);
-}
-
-// Runs a shell command line (sh -c) as given; stderr is folded into out.
-Result run_shell(const std::string& line) {
-  FILE* pipe = popen((line + " 2>&1").c_str(), "r");
-  if (!pipe) return {-1, ""};
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int st = pclose(pipe);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
 std::string slurp(const std::string& path) {

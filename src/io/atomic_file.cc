@@ -1,4 +1,5 @@
 #include "io/atomic_file.h"
+#include "io/posix_file.h"
 
 #include <fcntl.h>
 #include <sys/random.h>
@@ -22,16 +23,6 @@ std::atomic<long long> g_fail_after{-1};
 
 // How many links a chain may have before it counts as a loop (Linux's own limit).
 constexpr int kMaxLinks = 40;
-
-// "a FIFO", "a directory", …: what lstat found where a regular file should be.
-const char* kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "a special file";
-}
 
 // The part of `path` up to and including its last '/' ("" for a bare name).
 std::string dir_prefix(const std::string& path) {
@@ -95,10 +86,10 @@ Target resolve_target(const char* where, const std::string& path) {
     if (S_ISREG(st.st_mode)) return {current, true, static_cast<mode_t>(st.st_mode & 07777)};
     if (!S_ISLNK(st.st_mode)) {
       if (links == 0)
-        fail(Status::kIoError, where, "cannot write ", path, ": it is ", kind_of(st.st_mode),
+        fail(Status::kIoError, where, "cannot write ", path, ": it is ", file_kind(st.st_mode),
              ", not a regular file (tokpos cannot rename a new file over it)");
       fail(Status::kIoError, where, "cannot write ", path, ": it is a symbolic link to ", current, ", ",
-           kind_of(st.st_mode), ", not a regular file (tokpos cannot rename a new file over it)");
+           file_kind(st.st_mode), ", not a regular file (tokpos cannot rename a new file over it)");
     }
     if (links == kMaxLinks)
       fail(Status::kIoError, where, "cannot write ", path, ": ", std::strerror(ELOOP));

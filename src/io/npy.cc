@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "common/check.h"
+#include "io/posix_file.h"
 #include "io/atomic_file.h"
 
 namespace tokpos {
@@ -48,15 +49,6 @@ struct Fd {
     if (fd >= 0) ::close(fd);
   }
 };
-
-// What a file that is not a regular file is, in words.
-const char* file_kind(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 // Reads up to n bytes: fewer only where the file ends. A failing read is an I/O error.
 size_t read_up_to(const char* where, const std::string& path, int fd, void* buf, size_t n) {
@@ -122,20 +114,8 @@ NpyArray read_npy(const std::string& path) {
   // file that is not a well-formed .npy is kCorruptFile; a well-formed one
   // that uses what tokpos does not read (version 2 or 3, Fortran order, a
   // dtype outside its list) is kUnimplemented.
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read.
-  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
-  if (file.fd < 0) detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": ", std::strerror(errno));
   struct stat st {};
-  if (::fstat(file.fd, &st) != 0)
-    detail::fail(Status::kIoError, kWhere, "cannot stat ", path, ": ", std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) {
-    detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": ", std::strerror(EISDIR),
-                 " (a directory, not a regular file)");
-  }
-  if (!S_ISREG(st.st_mode))
-    detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": it is ", file_kind(st.st_mode), ", not a regular file");
-  if (const int flags = ::fcntl(file.fd, F_GETFL); flags < 0 || ::fcntl(file.fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
-    detail::fail(Status::kIoError, kWhere, "cannot open ", path, ": ", std::strerror(errno));
+  const Fd file{detail::open_regular_file(kWhere, path, &st)};
   auto take = [&](void* buf, size_t n) { return read_up_to(kWhere, path, file.fd, buf, n) == n; };
   auto bad = [&](const std::string& why) { detail::fail(Status::kCorruptFile, kWhere, path, ": ", why); };
 

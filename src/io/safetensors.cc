@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "io/posix_file.h"
 #include "io/atomic_file.h"
 #include "common/convert.h"
 
@@ -47,44 +48,6 @@ struct SafetensorsFile::Mapping {
 };
 
 namespace {
-
-// What a file that is not a regular file is, in words.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-int open_regular_file(const char* where, const std::string& path, struct stat* st) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) detail::fail(Status::kIoError, where, "cannot open ", path, ": ", std::strerror(errno));
-  if (::fstat(fd, st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    detail::fail(Status::kIoError, where, "cannot stat ", path, ": ", std::strerror(err));
-  }
-  if (S_ISDIR(st->st_mode)) {
-    ::close(fd);
-    detail::fail(Status::kIoError, where, "cannot open ", path, ": ", std::strerror(EISDIR),
-         " (a directory, not a regular file)");
-  }
-  if (!S_ISREG(st->st_mode)) {
-    ::close(fd);
-    detail::fail(Status::kIoError, where, "cannot open ", path, ": it is ", file_kind(st->st_mode),
-         ", not a regular file");
-  }
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-    const int err = errno;
-    ::close(fd);
-    detail::fail(Status::kIoError, where, "cannot open ", path, ": ", std::strerror(err));
-  }
-  return fd;
-}
 
 // Reads n bytes at offset with pread. A failing read is kIoError; a file that
 // ends early (truncated after it was opened and validated) is kCorruptFile.
@@ -188,7 +151,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, Access access) {
   f.path_ = path;
   f.access_ = access;
   struct stat st {};
-  const int fd = open_regular_file(kWhere, path, &st);
+  const int fd = detail::open_regular_file(kWhere, path, &st);
   const auto file_size = static_cast<uint64_t>(st.st_size);
   f.map_ = std::make_shared<Mapping>();
   const uint8_t* bytes = nullptr;
