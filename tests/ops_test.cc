@@ -1862,4 +1862,73 @@ TEST(OpsCpp, EmptyTensorsBesideHugeDimensionsAreEmpty) {
   EXPECT_NO_THROW(ops::compose_backward(nullptr, nullptr, out, ids));
 }
 
+TEST(OpsCpp, HugePositionIdsAreRefusedOrNeverRead) {
+  // INT64_MAX as a position: one past it does not exist, so a plan refuses it
+  // by name; a backward with no position gradient never reads positions.
+  const int64_t B = 1, T = 3, V = 5, D = 2;
+  const std::vector<int64_t> ids = {0, 4, 2}, huge = {0, INT64_MAX, 1};
+  const TensorView iv(ids.data(), DType::kI64, {B, T}), pv(huge.data(), DType::kI64, {B, T});
+  try {
+    const ops::RowPlan plan(iv, V, pv.get());
+    ADD_FAILURE() << "a plan accepted position INT64_MAX";
+  } catch (const tokpos::Error& e) {
+    EXPECT_EQ(e.status(), tokpos::Status::kPositionOutOfRange);
+    EXPECT_NE(std::string(e.what()).find("at (b=0, t=1)"), std::string::npos) << e.what();
+  }
+  auto g = noise(V * D, 140);
+  const auto dout = noise(B * T * D, 141);
+  auto want = g;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < D; ++d) want[ids[t] * D + d] += dout[t * D + d];
+  ops::compose_backward(TensorView(g.data(), DType::kF32, {V, D}).get(), nullptr,
+                        TensorView(dout.data(), DType::kF32, {B, T, D}), iv, pv.get());
+  EXPECT_TRUE(equal_bits(g, want));
+}
+
+TEST(OpsCpp, MovedFromPlanIsRefusedNotACrash) {
+  const std::vector<int64_t> ids = {1, 2};
+  ops::RowPlan plan(TensorView(ids.data(), DType::kI64, {1, 2}), 4);
+  const ops::RowPlan moved = std::move(plan);
+  EXPECT_EQ(moved.size(), 2);
+  try {
+    (void)plan.size();  // NOLINT: the moved-from plan, on purpose
+    ADD_FAILURE() << "a moved-from plan answered";
+  } catch (const tokpos::Error& e) {
+    EXPECT_EQ(e.status(), tokpos::Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("moved from"), std::string::npos) << e.what();
+  }
+}
+
+TEST(OpsCpp, TypedForwardRefusesAnEmptyTypeTable) {
+  const int64_t B = 1, T = 2, V = 3, L = 4, D = 2;
+  const std::vector<int64_t> ids = {0, 2};
+  const auto tok = noise(V * D, 150), pos = noise(L * D, 151);
+  const ops::RowPlan plan(TensorView(ids.data(), DType::kI64, {B, T}), V);
+  std::vector<float> out(B * T * D, 3.0f);
+  const auto before = out;
+  const TensorView empty_types(nullptr, DType::kF32, {0, D});
+  try {
+    ops::compose_typed_forward(TensorView(out.data(), DType::kF32, {B, T, D}), plan,
+                               TensorView(tok.data(), DType::kF32, {V, D}), nullptr, empty_types.get(),
+                               TensorView(pos.data(), DType::kF32, {L, D}), nullptr, nullptr, 1e-12);
+    ADD_FAILURE() << "an empty type table was accepted";
+  } catch (const tokpos::Error& e) {
+    EXPECT_EQ(e.status(), tokpos::Status::kShapeMismatch);
+    EXPECT_NE(std::string(e.what()).find("type_table has no rows"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(equal_bits(out, before));
+}
+
+TEST(OpsCApi, EmptyBatchesSucceedWithNullBuffersInTheRawPointerFunctions) {
+  // tokpos.h: B = 0 or T = 0 writes nothing and succeeds.
+  EXPECT_EQ(tokpos_compose_forward(nullptr, nullptr, 0, 3, nullptr, 5, nullptr, 4, 2), TOKPOS_OK)
+      << tokpos_last_error();
+  EXPECT_EQ(tokpos_compose_forward(nullptr, nullptr, 2, 0, nullptr, 5, nullptr, 4, 2), TOKPOS_OK)
+      << tokpos_last_error();
+  EXPECT_EQ(tokpos_compose_backward(nullptr, nullptr, nullptr, nullptr, 0, 3, 5, 4, 2), TOKPOS_OK)
+      << tokpos_last_error();
+  // Sizes are still checked.
+  EXPECT_EQ(tokpos_compose_forward(nullptr, nullptr, 0, 3, nullptr, 0, nullptr, 4, 2), TOKPOS_INVALID_ARGUMENT);
+}
+
 }  // namespace

@@ -1,8 +1,8 @@
 // tokpos/dtype.h: the one element-type enum of the library.
 //
 // Tables, outputs, kernels, the ops and the C API (tokpos_dtype, same values)
-// all name element types with it. An int that is not one of these values is
-// refused wherever it enters (dtype_from_int).
+// all name element types with it. The C API refuses an int that is not one
+// of these values (or not one its argument takes) with TOKPOS_INVALID_ARGUMENT.
 #pragma once
 
 #include <cstddef>
@@ -27,9 +27,5 @@ TOKPOS_API std::optional<DType> parse_dtype(std::string_view name);  // the inve
 TOKPOS_API size_t dtype_size(DType dtype);                      // bytes per element: 4, 2, 2, 4, 8
 inline bool is_float(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 inline bool is_index(DType d) { return d == DType::kI32 || d == DType::kI64; }
-
-// The DType with this value, or Error(kInvalidArgument) naming `name`, the
-// value and the valid range, prefixed by `where`.
-TOKPOS_API DType dtype_from_int(int value, const char* where, const char* name);
 
 }  // namespace tokpos

@@ -61,12 +61,14 @@ class TOKPOS_API Context {
   void release_scratch();
 
   struct Scratch;  // defined by the ops layer
-  Scratch& scratch() const;
+  Scratch& scratch();  // the backward's workspace
 
  private:
+  friend struct ContextAccess;
   int threads_ = 0;
   int64_t stream_min_bytes_ = -1;
-  mutable std::unique_ptr<Scratch> scratch_;  // made on first use
+  const void* backend_ = nullptr;     // the ops layer's kernel table; nullptr: the default ("cpu")
+  std::unique_ptr<Scratch> scratch_;  // made by the constructor; a moved-from Context makes a new one on use
 };
 
 // A DLTensor over caller memory on the CPU, with its shape and strides held
@@ -142,7 +144,7 @@ class TOKPOS_API RowPlan {
   std::span<const int64_t> touched_rows() const;
 
   struct Impl;
-  const Impl& impl() const { return *impl_; }
+  const Impl& impl() const;  // Error(kInvalidArgument) on a moved-from plan
 
  private:
   std::shared_ptr<const Impl> impl_;
@@ -162,8 +164,9 @@ TOKPOS_API void compose_forward(const DLTensor& out, const RowPlan& plan, const 
 // d_token_table (V, D) += d_out rows grouped by token row (padding_idx
 // skipped); d_pos_table (L, D) += d_out rows grouped by position. Either may
 // be null. Gradients and d_out must be float32 (else kUnimplemented).
-// Accumulates in the summation order kernels.h defines: bitwise identical
-// for any thread count and any back end; only rows that appear change.
+// Only rows that appear change. The order of the additions is fixed
+// (tokpos_op_compose_backward in tokpos.h states it): bitwise identical for
+// any thread count and any back end.
 TOKPOS_API void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table, const DLTensor& d_out,
                                  const DLTensor& ids, const DLTensor* position_ids = nullptr, int64_t start = 0,
                                  const LookupOptions& options = {}, Context* ctx = nullptr);

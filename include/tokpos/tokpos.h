@@ -158,9 +158,12 @@ TOKPOS_API tokpos_status tokpos_op_compose_forward(const DLTensor* out, const DL
 
 /* d_token_table (V, D) += d_out rows grouped by id; d_pos_table (L, D) +=
  * d_out rows grouped by position. Either gradient may be NULL. Gradients and
- * d_out must be float32 (else TOKPOS_UNIMPLEMENTED). Accumulates in the
- * summation order kernels.h defines, bitwise identical for any thread count;
- * only rows that appear change. Gradients may not overlap each other or the
+ * d_out must be float32 (else TOKPOS_UNIMPLEMENTED). Only rows that appear
+ * change. The order of the additions is fixed, so the bits are the same for
+ * any thread count: a row with at most 64 sources adds them one at a time in
+ * (b, t) order, grad = ((grad + s1) + s2) + ...; a row with more adds
+ * blocks of 64 sources, each block summed from its first source in order,
+ * the block sums added in order. Gradients may not overlap each other or the
  * inputs. */
 TOKPOS_API tokpos_status tokpos_op_compose_backward(const DLTensor* d_token_table, /* may be NULL */
                                                     const DLTensor* d_pos_table,   /* may be NULL */

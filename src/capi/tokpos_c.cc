@@ -263,6 +263,7 @@ tokpos_status compose_forward_shim(const char* fn, void* out, tokpos_dtype out_d
     const auto td = dtype_arg(fn, "token_dtype", token_dtype, TOKPOS_DTYPE_F16);
     const auto pd = dtype_arg(fn, "pos_dtype", pos_dtype, TOKPOS_DTYPE_F16);
     check_compose_sizes(fn, B, T, V, L, D);
+    if (B == 0 || T == 0) return;  // an empty batch writes nothing and succeeds, NULL buffers included
     using tokpos::TensorView;
     tokpos::ops::compose_forward(TensorView(out, od, {B, T, D}), TensorView(ids, tokpos::DType::kI64, {B, T}),
                                  TensorView(token_table, td, {V, D}), TensorView(pos_table, pd, {L, D}).get(),
@@ -294,6 +295,7 @@ tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, 
   constexpr const char* fn = "tokpos_compose_backward";
   return guard(fn, [&] {
     check_compose_sizes(fn, B, T, V, L, D);
+    if (B == 0 || T == 0) return;  // an empty batch changes nothing and succeeds, NULL buffers included
     using tokpos::DType;
     using tokpos::TensorView;
     const TensorView d_pos(d_pos_table, DType::kF32, {L, D});

@@ -1,7 +1,5 @@
 #include "tokpos/dtype.h"
 
-#include "common/check.h"
-
 namespace tokpos {
 
 const char* dtype_name(DType dtype) {
@@ -31,14 +29,6 @@ size_t dtype_size(DType dtype) {
     case DType::kI64: return 8;
   }
   return 0;
-}
-
-DType dtype_from_int(int value, const char* where, const char* name) {
-  if (value < static_cast<int>(DType::kF32) || value > static_cast<int>(DType::kI64)) {
-    detail::fail(Status::kInvalidArgument, where, name, " ", value,
-                 " is not a dtype: expected 0 (f32), 1 (bf16), 2 (f16), 3 (i32) or 4 (i64)");
-  }
-  return static_cast<DType>(value);
 }
 
 }  // namespace tokpos

@@ -95,11 +95,13 @@ int64_t stream_min_bytes() {
 }
 
 namespace detail {
-int threads_for(int64_t work) {
+int threads_for(int64_t work, int max_threads) {
   constexpr int64_t kGrain = 1 << 16;
   if (work < kGrain) return 1;
-  const int64_t by_work = work / kGrain;
-  return static_cast<int>(std::min<int64_t>(num_threads(), by_work));
+  return static_cast<int>(std::min<int64_t>(std::max(1, max_threads), work / kGrain));
+}
+int threads_for(int64_t work) {
+  return threads_for(work, num_threads());
 }
 }  // namespace detail
 

@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <array>
 
+#include "common/parallel.h"
 #include "kernels/kernels.h"
 
 namespace tokpos::kernels {
 
 int threads_for(const Exec& ex, int64_t work) {
-  constexpr int64_t kGrain = 1 << 16;
-  if (work < kGrain) return 1;
-  return static_cast<int>(std::min<int64_t>(std::max(1, ex.threads), work / kGrain));
+  return detail::threads_for(work, ex.threads);
 }
 
 int64_t RowGroups::max_sources() const {

@@ -57,8 +57,8 @@ struct Exec {
   Workspace* ws = nullptr;            // scratch kept between calls; nullptr: allocate per call
 };
 
-// Threads for a job of `work` float operations: 1 below a grain that
-// amortises the cost of waking a team (~50k elements), else ex.threads.
+// Threads for a job of `work` float operations under ex (common/parallel.h's
+// rule with ex.threads as the most).
 int threads_for(const Exec& ex, int64_t work);
 
 // ---- Forward ------------------------------------------------------------------

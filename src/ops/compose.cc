@@ -1,5 +1,6 @@
 // The compose ops: every argument checked once, then one kernel call.
 #include <algorithm>
+#include <mutex>
 #include <new>
 #include <vector>
 
@@ -12,15 +13,29 @@
 
 namespace tokpos::ops {
 
+// The groupings are made on first use (a forward never needs them; a token
+// backward needs only the token rows'), once, safely from several threads.
 struct RowPlan::Impl {
   int ndim = 2;
   int64_t B = 0, T = 0, V = 0, padding_idx = -1;
-  bool has_tokens = false;
   std::vector<int64_t> token_rows;  // the row each (b, t) reads
   std::vector<int64_t> grad_rows;   // the row each (b, t) adds to; -1 for padding_idx
-  std::vector<int64_t> positions;
+  std::vector<int64_t> positions;   // empty when the plan was made without them
   int64_t position_limit = 0;
-  kernels::RowGroups token_groups, position_groups;
+
+  const kernels::RowGroups& token_groups() const {
+    std::call_once(token_once_, [&] { token_groups_ = kernels::group_rows(grad_rows.data(), B * T, V); });
+    return token_groups_;
+  }
+  const kernels::RowGroups& position_groups() const {
+    std::call_once(position_once_,
+                   [&] { position_groups_ = kernels::group_rows(positions.data(), B * T, position_limit); });
+    return position_groups_;
+  }
+
+ private:
+  mutable std::once_flag token_once_, position_once_;
+  mutable kernels::RowGroups token_groups_, position_groups_;
 };
 
 namespace {
@@ -139,9 +154,10 @@ auto allocating(const char* where, const char* what, F&& f) {
   }
 }
 
-// The plan for a validated batch. Token rows only when V >= 0.
+// The plan for a validated batch: token rows when V >= 0, positions when
+// with_positions. The groupings are made on first use, inside `allocating`.
 std::shared_ptr<RowPlan::Impl> make_plan(const char* where, const Batch& b, int64_t V, int64_t start,
-                                         const LookupOptions& o) {
+                                         const LookupOptions& o, bool with_positions) {
   return allocating(where, "the row plan", [&] {
     auto p = std::make_shared<RowPlan::Impl>();
     p->ndim = b.ids.ndim;
@@ -149,29 +165,28 @@ std::shared_ptr<RowPlan::Impl> make_plan(const char* where, const Batch& b, int6
     p->T = b.T;
     p->V = V;
     p->padding_idx = o.padding_idx;
-    const int64_t N = b.B * b.T;
-    p->positions.resize(static_cast<size_t>(N));
-    const kernels::Index pi = index_of(b.pos_ids);
-    int64_t n = 0;
-    for (int64_t bb = 0; bb < b.B; ++bb)
-      for (int64_t t = 0; t < b.T; ++t, ++n) {
-        p->positions[n] = pi.data ? pi.at(bb, t) : start + t;
-        p->position_limit = std::max(p->position_limit, p->positions[n] + 1);
-      }
-    p->position_groups = kernels::group_rows(p->positions.data(), N, p->position_limit);
+    const auto N = static_cast<size_t>(b.B * b.T);
+    if (with_positions) {
+      p->positions.resize(N);
+      const kernels::Index pi = index_of(b.pos_ids);
+      size_t n = 0;
+      for (int64_t bb = 0; bb < b.B; ++bb)
+        for (int64_t t = 0; t < b.T; ++t, ++n) {
+          p->positions[n] = pi.data ? pi.at(bb, t) : start + t;  // checked: 0 <= position < INT64_MAX
+          p->position_limit = std::max(p->position_limit, p->positions[n] + 1);
+        }
+    }
     if (V < 0) return p;
-    p->has_tokens = true;
-    p->token_rows.resize(static_cast<size_t>(N));
-    p->grad_rows.resize(static_cast<size_t>(N));
+    p->token_rows.resize(N);
+    p->grad_rows.resize(N);
     const kernels::Index ids = index_of(b.ids);
-    n = 0;
+    size_t n = 0;
     for (int64_t bb = 0; bb < b.B; ++bb)
       for (int64_t t = 0; t < b.T; ++t, ++n) {
         const int64_t id = ids.at(bb, t);
         p->token_rows[n] = (id >= 0 && id < V) ? id : o.unk_id;
         p->grad_rows[n] = p->token_rows[n] == o.padding_idx ? -1 : p->token_rows[n];
       }
-    p->token_groups = kernels::group_rows(p->grad_rows.data(), N, V);
     return p;
   });
 }
@@ -188,9 +203,9 @@ void check_plan_positions(const char* where, const Batch& b) {
   const kernels::Index p = index_of(b.pos_ids);
   for (int64_t bb = 0; bb < b.B; ++bb)
     for (int64_t t = 0; t < b.T; ++t)
-      if (p.at(bb, t) < 0)
-        fail(Status::kPositionOutOfRange, where, "position id ", p.at(bb, t), " at (b=", bb, ", t=", t,
-             ") is negative");
+      if (const int64_t x = p.at(bb, t); x < 0 || x == INT64_MAX)
+        fail(Status::kPositionOutOfRange, where, "position id ", x, " at (b=", bb, ", t=", t, ") is outside [0, ",
+             INT64_MAX, ")");
 }
 
 // A plan used with a position table of L rows.
@@ -216,8 +231,6 @@ void check_plan_rows(const char* where, const View& rows, const RowPlan::Impl& p
 }
 
 void check_plan_vocab(const char* where, const View& table, const RowPlan::Impl& p) {
-  if (!p.has_tokens)
-    fail(Status::kInvalidArgument, where, "the plan was made without token rows");
   if (table.shape[0] != p.V)
     fail(Status::kShapeMismatch, where, table.name, " has V = ", table.shape[0], " rows but the plan was made for V = ",
          p.V);
@@ -263,7 +276,7 @@ void run_forward(const View& out, const RowPlan::Impl* plan, const Batch* batch,
     g.unk_id = std::max<int64_t>(unk_id, 0);
   }
   if (g.B == 0 || g.T == 0 || g.D == 0) return;
-  detail::kernels_for(ctx).compose_forward(g, detail::exec_for(ctx, false));
+  detail::kernels_for(ctx).compose_forward(g, detail::exec_for(ctx));
 }
 
 // Validates the backward's gradients against d_out and each other.
@@ -289,17 +302,16 @@ void run_backward(const Grads& g, const RowPlan::Impl& p, Context* ctx) {
   if (p.B * p.T == 0 || D == 0 || (!g.d_tok.present && !g.d_pos.present)) return;
   kernels::GradTarget a, b;
   if (g.d_tok.present) {
-    a = {reinterpret_cast<float*>(g.d_tok.data), g.d_tok.strides[0], p.grad_rows.data(), &p.token_groups, p.V};
+    a = {reinterpret_cast<float*>(g.d_tok.data), g.d_tok.strides[0], p.grad_rows.data(), nullptr, p.V};
   }
   if (g.d_pos.present) {
-    b = {reinterpret_cast<float*>(g.d_pos.data), g.d_pos.strides[0], p.positions.data(), &p.position_groups,
-         g.d_pos.shape[0]};
+    b = {reinterpret_cast<float*>(g.d_pos.data), g.d_pos.strides[0], p.positions.data(), nullptr, g.d_pos.shape[0]};
   }
   const kernels::Source src = source_of(g.d_out, p.B, p.T, D);
-  Context local;
-  Context* c = ctx != nullptr ? ctx : &local;
-  allocating(kBackward, "the backward's workspace", [&] {
-    detail::kernels_for(c).index_add_rows(a, b, src, detail::exec_for(c, true));
+  allocating(kBackward, "the backward's plan and workspace", [&] {
+    if (a.grad != nullptr) a.groups = &p.token_groups();
+    if (b.grad != nullptr) b.groups = &p.position_groups();
+    detail::kernels_for(ctx).index_add_rows(a, b, src, detail::exec_for(ctx, detail::workspace_of(ctx)));
     return 0;
   });
 }
@@ -317,7 +329,7 @@ RowPlan::RowPlan(const DLTensor& ids, int64_t vocab_size, const DLTensor* positi
   check_start(where, b, start);
   check_ids(where, b, vocab_size, o.unk_id);
   check_plan_positions(where, b);
-  impl_ = make_plan(where, b, vocab_size, start, o);
+  impl_ = make_plan(where, b, vocab_size, start, o, /*with_positions=*/true);
 }
 
 RowPlan::~RowPlan() = default;
@@ -326,16 +338,24 @@ RowPlan& RowPlan::operator=(const RowPlan&) = default;
 RowPlan::RowPlan(RowPlan&&) noexcept = default;
 RowPlan& RowPlan::operator=(RowPlan&&) noexcept = default;
 
-int RowPlan::ids_ndim() const { return impl_->ndim; }
-int64_t RowPlan::batch() const { return impl_->B; }
-int64_t RowPlan::time() const { return impl_->T; }
-int64_t RowPlan::size() const { return impl_->B * impl_->T; }
-int64_t RowPlan::vocab_size() const { return impl_->V; }
-int64_t RowPlan::padding_idx() const { return impl_->padding_idx; }
-std::span<const int64_t> RowPlan::token_rows() const { return impl_->token_rows; }
-std::span<const int64_t> RowPlan::positions() const { return impl_->positions; }
-int64_t RowPlan::position_limit() const { return impl_->position_limit; }
-std::span<const int64_t> RowPlan::touched_rows() const { return impl_->token_groups.rows; }
+const RowPlan::Impl& RowPlan::impl() const {
+  if (!impl_) fail(Status::kInvalidArgument, "tokpos::ops::RowPlan", "this plan was moved from; make a new one");
+  return *impl_;
+}
+int RowPlan::ids_ndim() const { return impl().ndim; }
+int64_t RowPlan::batch() const { return impl().B; }
+int64_t RowPlan::time() const { return impl().T; }
+int64_t RowPlan::size() const { return impl().B * impl().T; }
+int64_t RowPlan::vocab_size() const { return impl().V; }
+int64_t RowPlan::padding_idx() const { return impl().padding_idx; }
+std::span<const int64_t> RowPlan::token_rows() const { return impl().token_rows; }
+std::span<const int64_t> RowPlan::positions() const { return impl().positions; }
+int64_t RowPlan::position_limit() const { return impl().position_limit; }
+std::span<const int64_t> RowPlan::touched_rows() const {
+  const Impl& p = impl();
+  return allocating("tokpos::ops::RowPlan::touched_rows", "the row grouping",
+                    [&]() -> std::span<const int64_t> { return p.token_groups().rows; });
+}
 
 // ---- Forward -------------------------------------------------------------------
 
@@ -385,6 +405,8 @@ void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTen
     if (t->present && t->shape[0] != D)
       fail(Status::kShapeMismatch, where, t->name, " has ", t->shape[0], " elements; expected D = ", D);
   if (g.present && !(eps > 0.0)) fail(Status::kInvalidArgument, where, "eps = ", eps, " must be > 0");
+  if (types.present && types.shape[0] == 0)
+    fail(Status::kShapeMismatch, where, "type_table has no rows; it needs at least row 0");
   if (tids.present) {
     if (!types.present) fail(Status::kInvalidArgument, where, "type_ids given without a type_table");
     if (tids.ndim != p.ndim)
@@ -421,9 +443,7 @@ void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTen
   tg.beta = bt.present ? reinterpret_cast<const float*>(bt.data) : nullptr;
   tg.eps = eps;
   if (p.B * p.T == 0 || D == 0) return;
-  if (g.present && (g.strides[0] != 1 || bt.strides[0] != 1) && D > 1)
-    fail(Status::kInvalidArgument, where, "gamma and beta must be contiguous");
-  detail::kernels_for(ctx).compose_typed(tg, detail::exec_for(ctx, false));
+  detail::kernels_for(ctx).compose_typed(tg, detail::exec_for(ctx));
 }
 
 // ---- Backward ------------------------------------------------------------------
@@ -447,7 +467,7 @@ void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table
   }
   if (g.d_pos.present) check_positions(where, b, start, g.d_pos.shape[0], "d_pos_table");
   if (b.B * b.T == 0 || (!g.d_tok.present && !g.d_pos.present)) return;
-  const auto plan = make_plan(where, b, V, start, o);
+  const auto plan = make_plan(where, b, V, start, o, /*with_positions=*/g.d_pos.present);
   run_backward(g, *plan, ctx);
 }
 
@@ -468,39 +488,30 @@ void token_gradient_rows(const DLTensor& values, const DLTensor& d_out, const Ro
   const View vals = check_tensor(where, "values", &values, Role::kGradient, {2});
   const View dout = check_tensor(where, "d_out", &d_out, Role::kGradIn, {2, 3});
   check_plan_rows(where, dout, p);
-  if (!p.has_tokens) fail(Status::kInvalidArgument, where, "the plan was made without token rows");
   const int64_t D = dout.last();
-  const auto U = static_cast<int64_t>(p.token_groups.rows.size());
+  const auto U = static_cast<int64_t>(plan.touched_rows().size());
   if (vals.shape[0] != U || vals.shape[1] != D)
     fail(Status::kShapeMismatch, where, "values has shape (", vals.shape[0], ", ", vals.shape[1],
          "); the plan touches U = ", U, " rows of D = ", D);
   check_no_overlap(where, vals, dout);
   if (U == 0 || D == 0) return;
-  // The same scatter into a zeroed (U, D): row u stands for touched row u.
-  auto compact = allocating(where, "the sparse plan", [&] {
-    struct Compact {
-      std::vector<int64_t> rows;
-      kernels::RowGroups groups;
-    } c;
-    c.rows.resize(p.grad_rows.size());
-    for (size_t i = 0; i < c.rows.size(); ++i) {
-      const int64_t r = p.grad_rows[i];
-      c.rows[i] = r < 0 ? -1
-                        : std::lower_bound(p.token_groups.rows.begin(), p.token_groups.rows.end(), r) -
-                              p.token_groups.rows.begin();
+  // The same scatter into a zeroed (U, D) buffer of our own, where row g
+  // stands for touched row g (the g-th group), then one copy into values:
+  // every allocation comes before values is written.
+  allocating(where, "the sparse gradient", [&] {
+    const kernels::RowGroups& groups = p.token_groups();
+    kernels::RowGroups compact = groups;
+    std::vector<int64_t> rows(p.grad_rows.size(), -1);
+    for (size_t g = 0; g + 1 < groups.start.size(); ++g) {
+      compact.rows[g] = static_cast<int64_t>(g);
+      for (int64_t k = groups.start[g]; k < groups.start[g + 1]; ++k) rows[groups.order[k]] = static_cast<int64_t>(g);
     }
-    c.groups = p.token_groups;
-    for (auto& r : c.groups.rows)
-      r = std::lower_bound(p.token_groups.rows.begin(), p.token_groups.rows.end(), r) - p.token_groups.rows.begin();
-    return c;
-  });
-  auto* out = reinterpret_cast<float*>(vals.data);
-  for (int64_t u = 0; u < U; ++u) std::fill_n(out + u * vals.strides[0], D, 0.0f);
-  const kernels::GradTarget a{out, vals.strides[0], compact.rows.data(), &compact.groups, U};
-  Context local;
-  Context* c = ctx != nullptr ? ctx : &local;
-  allocating(where, "the backward's workspace", [&] {
-    detail::kernels_for(c).index_add_rows(a, {}, source_of(dout, p.B, p.T, D), detail::exec_for(c, true));
+    std::vector<float> sum(static_cast<size_t>(U * D), 0.0f);
+    const kernels::GradTarget a{sum.data(), D, rows.data(), &compact, U};
+    detail::kernels_for(ctx).index_add_rows(a, {}, source_of(dout, p.B, p.T, D),
+                                            detail::exec_for(ctx, detail::workspace_of(ctx)));
+    auto* out = reinterpret_cast<float*>(vals.data);
+    for (int64_t u = 0; u < U; ++u) std::copy_n(sum.data() + u * D, D, out + u * vals.strides[0]);
     return 0;
   });
 }

@@ -32,7 +32,7 @@ Context& Context::set_backend(std::string_view name) {
   std::string known;
   for (const kernels::KernelTable* k : kernels::backends()) {
     if (name == k->name) {
-      scratch().backend = k;
+      backend_ = k;
       return *this;
     }
     known += known.empty() ? "" : ", ";
@@ -51,24 +51,28 @@ size_t Context::scratch_bytes() const {
 void Context::release_scratch() {
   if (scratch_) scratch_->ws.release();  // the back end choice stays
 }
-Context::Scratch& Context::scratch() const {
-  if (!scratch_) scratch_ = std::make_unique<Scratch>();
+Context::Scratch& Context::scratch() {
+  if (!scratch_) scratch_ = std::make_unique<Scratch>();  // only after a move
   return *scratch_;
 }
 
 namespace ops::detail {
 
-kernels::Exec exec_for(const Context* ctx, bool with_scratch) {
+kernels::Exec exec_for(const Context* ctx, kernels::Workspace* ws) {
   kernels::Exec ex;
   ex.threads = ctx ? ctx->num_threads() : tokpos::num_threads();
   ex.stream_min_bytes = ctx ? ctx->stream_min_bytes() : tokpos::stream_min_bytes();
-  ex.ws = (ctx && with_scratch) ? &ctx->scratch().ws : nullptr;
+  ex.ws = ws;
   return ex;
 }
 
+kernels::Workspace* workspace_of(Context* ctx) {
+  return ctx ? &ctx->scratch().ws : nullptr;
+}
+
 const kernels::KernelTable& kernels_for(const Context* ctx) {
-  if (ctx != nullptr && ctx->scratch().backend != nullptr) return *ctx->scratch().backend;
-  return kernels::active_kernels();
+  const kernels::KernelTable* k = ctx ? ContextAccess::backend(*ctx) : nullptr;
+  return k != nullptr ? *k : kernels::active_kernels();
 }
 
 }  // namespace ops::detail

@@ -8,13 +8,22 @@ namespace tokpos {
 
 struct Context::Scratch {
   kernels::Workspace ws;
-  const kernels::KernelTable* backend = nullptr;  // nullptr: active_kernels()
+};
+
+// What the ops read of a Context that the public API does not show.
+struct ContextAccess {
+  static const kernels::KernelTable* backend(const Context& c) {
+    return static_cast<const kernels::KernelTable*>(c.backend_);
+  }
 };
 
 namespace ops::detail {
-// The kernels' Exec for a call: ctx's settings (or the process defaults),
-// and its workspace when the call may keep scratch there.
-kernels::Exec exec_for(const Context* ctx, bool with_scratch);
+// The kernels' Exec for a call: ctx's settings (or the process defaults).
+// A forward passes no workspace; a backward passes ctx's (kept between
+// calls), or none, and the kernel then allocates its own.
+kernels::Exec exec_for(const Context* ctx, kernels::Workspace* ws = nullptr);
+// A backward's workspace: ctx's, or nullptr without a Context.
+kernels::Workspace* workspace_of(Context* ctx);
 // The back end a call runs on: ctx's choice, else active_kernels().
 const kernels::KernelTable& kernels_for(const Context* ctx);
 }  // namespace ops::detail
