@@ -415,4 +415,29 @@ TEST(Borrow, CheckpointsSaveBorrowedTablesAndLoadIntoOwnedCopies) {
   EXPECT_EQ(single.table().data(), wte.data());
 }
 
+// adopt_table takes a buffer as the module's own table with no copy, dropping
+// a borrowed one; a buffer of the wrong size is refused and changes nothing.
+TEST(Borrow, AdoptTableTakesTheBufferOrChangesNothing) {
+  const auto wte = noise(10 * 4, 51), wpe = noise(6 * 4, 52);
+  auto tok = tokpos::TokenEmbedding::borrow(wte, {.vocab_size = 10, .dim = 4});
+  auto pos = tokpos::LearnedPositionalEmbedding::borrow(wpe, {.max_context = 6, .dim = 4});
+  tokpos::testing::expect_error([&] { tok.adopt_table(std::vector<float>(39)); }, tokpos::Status::kShapeMismatch,
+                                {"TokenEmbedding::adopt_table", "table has 39 elements, expected 40"});
+  tokpos::testing::expect_error([&] { pos.adopt_table(std::vector<float>(25)); }, tokpos::Status::kShapeMismatch,
+                                {"LearnedPositionalEmbedding::adopt_table", "expected 24"});
+  EXPECT_TRUE(tok.borrowed() && pos.borrowed());
+  EXPECT_EQ(tok.table().data(), wte.data());
+  EXPECT_EQ(pos.table().data(), wpe.data());
+  std::vector<float> t(40, 2.0f), p(24, 3.0f);
+  const float* t_data = t.data();
+  const float* p_data = p.data();
+  tok.adopt_table(std::move(t));
+  pos.adopt_table(std::move(p));
+  EXPECT_FALSE(tok.borrowed() || pos.borrowed());
+  EXPECT_EQ(tok.table().data(), t_data);  // the very buffer: no copy
+  EXPECT_EQ(pos.table().data(), p_data);
+  EXPECT_EQ(tok.mutable_table()[39], 2.0f);
+  EXPECT_EQ(pos.mutable_table()[23], 3.0f);
+}
+
 }  // namespace

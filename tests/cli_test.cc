@@ -556,3 +556,50 @@ TEST(Cli, EmbedRefusesWeightsThatAreNotRegularFiles) {
 }
 
 }  // namespace
+
+// DeferSignals (apps/tokpos/plot/progress.h) holds SIGINT, SIGTERM and SIGHUP
+// in every thread of the process, not only the one that opened the window:
+// a signal sent while another thread runs waits until the window closes,
+// then ends the process as it would have. Outside a window it acts at once.
+#include <atomic>
+#include <csignal>
+#include <thread>
+
+#include "../apps/tokpos/plot/progress.h"
+
+namespace {
+
+TEST(Cli, DeferSignalsHoldsASignalWhileAnotherThreadRuns) {
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    EXPECT_EXIT(
+        {
+          std::atomic<bool> stop{false};
+          std::thread worker([&stop] {
+            while (!stop) ::usleep(1000);
+          });
+          {
+            tokpos::plot::DeferSignals defer;
+            ::kill(::getpid(), sig);
+            ::usleep(200 * 1000);  // delivered by now, to the worker unless it is held
+            std::fputs("written\n", stderr);
+            stop = true;
+            worker.join();
+          }
+          std::fputs("survived the signal\n", stderr);
+          std::exit(0);
+        },
+        ::testing::KilledBySignal(sig), "written")
+        << strsignal(sig);
+  }
+  // After a window closes, the signal acts at once again.
+  EXPECT_EXIT(
+      {
+        { tokpos::plot::DeferSignals defer; }
+        ::kill(::getpid(), SIGINT);
+        ::usleep(200 * 1000);
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGINT), "");
+}
+
+}  // namespace

@@ -1097,3 +1097,67 @@ TEST(Kernels, Bf16RoundsToNearestEven) {
 }
 
 }  // namespace
+
+// ---- The reference back end allocates before it writes -------------------------
+
+// An operator new that fails the n-th allocation on this thread once armed
+// (0: never), to run a kernel out of memory at each of its allocations.
+namespace {
+thread_local long t_fail_at = 0;  // the allocation to fail, counting from 1; 0: off
+thread_local long t_count = 0;
+}  // namespace
+
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc/free behind new/delete, as alloc_test
+
+void* operator new(std::size_t n) {
+  if (t_fail_at > 0 && ++t_count == t_fail_at) throw std::bad_alloc();
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+namespace {
+
+// kernels.h: a backward kernel makes every allocation before it writes. Fail
+// each allocation of the reference's two-gradient scatter in turn: each
+// failure leaves both gradients as they were, and once none fails the call
+// adds both.
+TEST(Kernels, ReferenceBackwardOutOfMemoryLeavesBothGradientsUntouched) {
+  const int64_t B = 2, T = 5, D = 3, V = 4, L = T, N = B * T;
+  const auto d_out = noise(N * D, 31);
+  const auto ids = ids_mod(N, V, 32);
+  std::vector<int64_t> pos(N);
+  for (int64_t n = 0; n < N; ++n) pos[n] = n % T;
+  const kn::RowGroups id_groups = kn::group_rows(ids.data(), N, V), pos_groups = kn::group_rows(pos.data(), N, L);
+  const kn::Source source{d_out.data(), T * D, D, B, T, D};
+  const auto tok0 = noise(V * D, 33), pos0 = noise(L * D, 34);
+  bool completed = false;
+  for (long fail_at = 1; fail_at < 1000 && !completed; ++fail_at) {
+    std::vector<float> tok = tok0, posg = pos0;
+    const kn::GradTarget a = target(tok, D, ids, id_groups, V), b = target(posg, D, pos, pos_groups, L);
+    t_count = 0;
+    t_fail_at = fail_at;
+    try {
+      kn::reference_kernels().index_add_rows(a, b, source, kn::Exec{});
+      completed = true;
+    } catch (const std::bad_alloc&) {
+    }
+    t_fail_at = 0;
+    if (completed) {
+      EXPECT_FALSE(bitwise_equal(tok, tok0));
+      EXPECT_FALSE(bitwise_equal(posg, pos0));
+    } else {
+      EXPECT_TRUE(bitwise_equal(tok, tok0)) << "token gradient written before allocation " << fail_at << " failed";
+      EXPECT_TRUE(bitwise_equal(posg, pos0)) << "position gradient written before allocation " << fail_at
+                                             << " failed";
+    }
+  }
+  EXPECT_TRUE(completed);
+}
+
+}  // namespace

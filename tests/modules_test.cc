@@ -200,3 +200,93 @@ TEST(Composer, OddDimWithSinusoidal) {
 }
 
 }  // namespace
+
+namespace {
+
+// A moved-from module is left empty, not dangling: sizes 0 and the error
+// policy, so every call that reads the table throws tokpos::Error instead of
+// reading through the old sizes.
+TEST(MovedFrom, PositionTablesAreEmptyAndEveryCallFailsCleanly) {
+  for (const auto beyond : {tokpos::BeyondTable::kError, tokpos::BeyondTable::kClamp,
+                            tokpos::BeyondTable::kInterpolate}) {
+    SCOPED_TRACE(tokpos::beyond_table_name(beyond));
+    const tokpos::LearnedPositionalOptions o{.max_context = 8, .dim = 4, .beyond = beyond, .interpolate_to = 16};
+    for (const bool assign : {false, true}) {
+      tokpos::LearnedPositionalEmbedding a(o), b(o);
+      if (assign) {
+        b = std::move(a);
+      } else {
+        tokpos::LearnedPositionalEmbedding c(std::move(a));
+      }
+      EXPECT_EQ(a.max_context(), 0);  // NOLINT(bugprone-use-after-move): the point of the test
+      EXPECT_EQ(a.dim(), 0);
+      EXPECT_TRUE(a.table().empty());
+      EXPECT_EQ(a.num_parameters(), 0);
+      EXPECT_THROW(a.forward(4, 0), tokpos::Error);
+      std::vector<float> out(16);
+      EXPECT_THROW(a.forward(out, 4, 0), tokpos::Error);
+      EXPECT_THROW(a.backward(std::vector<float>(16, 1.0f), 1, 4), tokpos::Error);
+      EXPECT_THROW(a.gradient_rows(1, 4, {}, "test"), tokpos::Error);
+      EXPECT_EQ(b.max_context(), 8);
+    }
+  }
+  tokpos::SinusoidalPositionalEmbedding s({.max_context = 8, .dim = 4, .beyond = tokpos::BeyondTable::kExtend});
+  tokpos::SinusoidalPositionalEmbedding t(std::move(s));
+  EXPECT_EQ(s.max_context(), 0);  // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW(s.forward(4, 0), tokpos::Error);
+  EXPECT_EQ(t.forward(4, 0).size(), 16u);
+}
+
+TEST(MovedFrom, TokenTablesAreEmptyAndEveryCallFailsCleanly) {
+  for (const bool assign : {false, true}) {
+    tokpos::TokenEmbedding a({.vocab_size = 10, .dim = 4, .padding_idx = 0,
+                              .id_policy = tokpos::IdPolicy::map_to_unk(1)}),
+        b({.vocab_size = 3, .dim = 2});
+    if (assign) {
+      b = std::move(a);
+    } else {
+      tokpos::TokenEmbedding c(std::move(a));
+    }
+    EXPECT_EQ(a.vocab_size(), 0);  // NOLINT(bugprone-use-after-move): the point of the test
+    EXPECT_EQ(a.dim(), 0);
+    EXPECT_TRUE(a.table().empty());
+    const std::vector<int64_t> ids{1, 2, 3, 4};
+    EXPECT_THROW(a.forward(ids, 1, 4), tokpos::Error);
+    std::vector<float> out(16);
+    EXPECT_THROW(a.forward(ids, 1, 4, out), tokpos::Error);
+    EXPECT_THROW(a.backward(std::vector<float>(16, 1.0f), ids, 1, 4), tokpos::Error);
+    EXPECT_THROW(a.sparse_backward(std::vector<float>(16, 1.0f), ids, 1, 4), tokpos::Error);
+    EXPECT_THROW(a.logits(std::vector<float>(8, 1.0f), 2), tokpos::Error);
+    std::vector<float> logits(20);
+    EXPECT_THROW(a.logits(std::vector<float>(8, 1.0f), 2, logits), tokpos::Error);
+    EXPECT_THROW(a.logits_backward(std::vector<float>(20, 1.0f), std::vector<float>(8, 1.0f), 2), tokpos::Error);
+  }
+}
+
+// A frozen table gets no gradient, but backward and sparse_backward still
+// check what they would check unfrozen: sizes, the policy, the ids.
+TEST(TokenEmbedding, FrozenBackwardStillChecksItsArguments) {
+  auto m = tokpos::TokenEmbedding::from_pretrained(std::vector<float>(10 * 4, 1.0f), {.vocab_size = 10, .dim = 4});
+  ASSERT_TRUE(m.frozen());
+  const std::vector<float> d_out(2 * 4, 1.0f);
+  EXPECT_TRUE(m.backward(d_out, std::vector<int64_t>{1, 2}, 1, 2).empty());
+  EXPECT_TRUE(m.sparse_backward(d_out, std::vector<int64_t>{1, 2}, 1, 2).rows.empty());
+  EXPECT_TRUE(m.grad().empty());
+  for (const bool sparse : {false, true}) {
+    auto call = [&](std::span<const float> d, std::vector<int64_t> ids, int64_t B, int64_t T,
+                    std::optional<tokpos::IdPolicy> p = {}) {
+      if (sparse) return void(m.sparse_backward(d, ids, B, T, p));
+      m.backward(d, ids, B, T, p);
+    };
+    expect_error([&] { call(d_out, {1, 12}, 1, 2); }, Status::kIdOutOfRange, {"12"});
+    expect_error([&] { call(d_out, {1}, 1, 2); }, Status::kShapeMismatch, {"ids has 1 elements"});
+    expect_error([&] { call(std::span(d_out).first(4), {1, 2}, 1, 2); }, Status::kShapeMismatch,
+                 {"d_out has 4 elements"});
+    expect_error([&] { call(d_out, {1, 2}, 1, 2, tokpos::IdPolicy::map_to_unk(10)); },
+                 Status::kInvalidArgument, {"unk_id 10"});
+    call(d_out, {1, 12}, 1, 2, tokpos::IdPolicy::map_to_unk(3));  // mapped: no error
+  }
+  EXPECT_TRUE(m.grad().empty());
+}
+
+}  // namespace

@@ -99,9 +99,10 @@ TEST(Npy, UnreadableFilesAreIoErrors) {
   expect_error([&] { tokpos::read_npy(dir); }, tokpos::Status::kIoError, {dir, std::strerror(EISDIR)});
 }
 
-// Not a regular file: refused by name. A FIFO used to block in open() (and
-// then in read) forever; the call runs in a child under alarm() so that a
-// regression fails the test instead of hanging it.
+// Not a regular file: refused by name. A FIFO is refused at once rather than
+// blocking in open() (and then in read) for a writer; the call runs in a
+// child under alarm() so that a regression (a hang) fails the test instead of
+// hanging it.
 TEST(Npy, NonRegularFilesAreRefusedByName) {
   const auto dir = scratch("tokpos_not_regular_dir.npy");
   ::mkdir(dir.c_str(), 0755);
@@ -257,6 +258,20 @@ TEST(Npy, FuzzFoundMalformedShapeIsANamedError) {
     std::ofstream(path, std::ios::binary) << bytes << header << std::string(8, '\0');
     expect_error([&] { tokpos::read_npy(path); }, tokpos::Status::kCorruptFile, {path});
   }
+}
+
+// A shape whose byte count wraps in uint64 is refused by name, not recorded:
+// 2^62 eight-byte elements are 2^65 bytes, which wraps to the 0 given.
+TEST(Npy, WriterRefusesAShapeWhoseByteCountWraps) {
+  const auto path = scratch("tokpos_wrapping_shape.npy");
+  ::unlink(path.c_str());
+  const double dummy = 0.0;
+  expect_error([&] { tokpos::write_npy(path, "<f8", {int64_t{1} << 62}, &dummy, 0); },
+               tokpos::Status::kSizeOverflow, {"write_npy", path, "overflows"});
+  expect_error([&] { tokpos::write_npy(path, "<f4", {int64_t{1} << 62, 4, 0}, &dummy, 0); },
+               tokpos::Status::kSizeOverflow, {path});
+  struct stat st {};
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "no file is written";
 }
 
 }  // namespace

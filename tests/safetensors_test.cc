@@ -1,6 +1,7 @@
 // safetensors reading, validation and atomic writing; the GPT-2 and BERT
 // presets; checkpoints. Each kind of bad input has a crafted file under
 // tests/data/safetensors (tools/make_bad_safetensors.py).
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,12 +12,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
 #include "test_util.h"
 #include "tokpos/checkpoint.h"
+#include "tokpos/composer.h"
 #include "tokpos/error.h"
 #include "tokpos/presets.h"
 #include "tokpos/safetensors.h"
@@ -74,6 +77,18 @@ TEST(Safetensors, MalformedHeadersAreCorruptFiles) {
   expect_error(open, tokpos::Status::kCorruptFile, {"tensor 'w' has a bad shape entry"});
   craft(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]}})", 8);
   expect_error(open, tokpos::Status::kCorruptFile, {"tensor 'w' shape overflows"});
+  // The product of the non-zero entries must fit int64, even when a zero
+  // entry makes the whole product 0: 2^62 x 3 overflows it.
+  craft(R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 3, 0], "data_offsets": [0, 0]}})", 0);
+  expect_error(open, tokpos::Status::kCorruptFile, {path, "tensor 'w' shape overflows"});
+  craft(R"({"w": {"dtype": "F32", "shape": [0, 4611686018427387904, 3], "data_offsets": [0, 0]}})", 0);
+  expect_error(open, tokpos::Status::kCorruptFile, {path, "tensor 'w' shape overflows"});
+  // An entry above INT64_MAX is refused, not cast to a negative size.
+  craft(R"({"w": {"dtype": "F32", "shape": [9223372036854775808, 0], "data_offsets": [0, 0]}})", 0);
+  expect_error(open, tokpos::Status::kCorruptFile, {path, "tensor 'w' has shape entry 9223372036854775808"});
+  // At the limit it is a valid, empty tensor.
+  craft(R"({"w": {"dtype": "F32", "shape": [9223372036854775807, 0], "data_offsets": [0, 0]}})", 0);
+  EXPECT_EQ(tokpos::SafetensorsFile::open(path).info("w").numel(), 0);
   craft(R"({"__metadata__": {"n": 3}})", 0);
   expect_error(open, tokpos::Status::kCorruptFile, {"metadata 'n' is not a string"});
 }
@@ -434,6 +449,144 @@ TEST(Checkpoint, SingleModulesToo) {
       q({.max_context = 9, .dim = 3});
   tokpos::save_checkpoint(path, p);
   EXPECT_THROW(tokpos::load_checkpoint(path, q), tokpos::Error);  // 8 rows into 9
+}
+
+// The writer refuses a shape whose element or byte count overflows, naming
+// the file, instead of recording a shape whose wrapped byte count happens to
+// equal the bytes given: 2^62 eight-byte elements are 2^65 bytes, 0 wrapped.
+TEST(Safetensors, WriterRefusesAShapeWhoseCountOverflows) {
+  const auto path = scratch("wrapping_shape.safetensors");
+  ::unlink(path.c_str());
+  const double dummy = 0.0;
+  auto write = [&](std::vector<int64_t> shape) {
+    tokpos::write_safetensors(path, {{"w", "F64", std::move(shape), &dummy, 0}});
+  };
+  expect_error([&] { write({int64_t{1} << 62}); }, tokpos::Status::kSizeOverflow,
+               {"write_safetensors", path, "tensor 'w'", "overflows"});
+  expect_error([&] { write({int64_t{1} << 62, 3, 0}); }, tokpos::Status::kSizeOverflow, {path, "tensor 'w'"});
+  struct stat st {};
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "no file is written";
+  write({int64_t{1} << 40, 0});  // a zero entry with a representable rest: an empty tensor
+  EXPECT_EQ(tokpos::SafetensorsFile::open(path).info("w").numel(), 0);
+}
+
+}  // namespace
+
+// ---- Out of memory at each allocation -----------------------------------------
+
+// An operator new that fails the n-th allocation of at least t_min_bytes on
+// this thread once armed (0: never), to run a call out of memory at each of
+// its allocations in turn. nlohmann::json's destructor allocates (and
+// terminates on bad_alloc), so a sweep through a parsed header counts only
+// allocations larger than the header's.
+namespace {
+thread_local long t_fail_at = 0;  // the allocation to fail, counting from 1; 0: off
+thread_local long t_count = 0;
+thread_local std::size_t t_min_bytes = 0;
+}  // namespace
+
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc/free behind new/delete, as alloc_test
+
+void* operator new(std::size_t n) {
+  if (t_fail_at > 0 && n >= t_min_bytes && ++t_count == t_fail_at) throw std::bad_alloc();
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+namespace {
+
+// Runs f with the n-th allocation of at least min_bytes failing, for n = 1,
+// 2, ... until f completes or throws tokpos::Error; after each bad_alloc
+// calls check(n). Returns the number of such allocations f made.
+template <typename F, typename Check>
+long fail_each_allocation(F&& f, Check&& check, std::size_t min_bytes = 0) {
+  t_min_bytes = min_bytes;
+  for (long n = 1; n < 100000; ++n) {
+    bool done = false;
+    t_count = 0;
+    t_fail_at = n;
+    try {
+      f();
+      done = true;
+    } catch (const std::bad_alloc&) {
+    } catch (const tokpos::Error&) {
+      done = true;
+    } catch (...) {
+      t_fail_at = 0;
+      throw;
+    }
+    t_fail_at = 0;
+    if (done) return n - 1;
+    check(n);
+  }
+  ADD_FAILURE() << "never completed";
+  return 0;
+}
+
+int open_descriptors() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
+
+// A bad_alloc in open closes the file: no descriptor leaks. The file is
+// too short to parse (the JSON parser's destructor cannot take a bad_alloc):
+// open allocates around opening it and fails on its size.
+TEST(Safetensors, OpenOutOfMemoryLeaksNoDescriptor) {
+  if (open_descriptors() < 0) GTEST_SKIP() << "no /proc/self/fd";
+  const auto path = data("too_short.safetensors");
+  for (const auto access : {tokpos::SafetensorsFile::Access::kMap, tokpos::SafetensorsFile::Access::kRead}) {
+    const int before = open_descriptors();
+    const long made = fail_each_allocation([&] { tokpos::SafetensorsFile::open(path, access); },
+                                           [&](long n) {
+                                             EXPECT_EQ(open_descriptors(), before)
+                                                 << "a descriptor leaked when allocation " << n << " failed";
+                                           });
+    EXPECT_GT(made, 0);
+    EXPECT_EQ(open_descriptors(), before);
+  }
+}
+
+// load_checkpoint makes every allocation before it changes the model: a
+// bad_alloc at any of them leaves every module as it was, borrowed tables
+// still borrowed, not some switched to owned copies before a later one failed.
+TEST(Checkpoint, LoadOutOfMemoryChangesNothing) {
+  const int64_t V = 1000, L = 512, D = 16;  // tables of 64000 and 32768 bytes
+  const auto tok = tokpos::testing::noise(V * D, 41), pos = tokpos::testing::noise(L * D, 42);
+  auto model = [&] {
+    return tokpos::EmbeddingComposer(
+        tokpos::TokenEmbedding::borrow(tok, {.vocab_size = V, .dim = D}),
+        std::make_unique<tokpos::LearnedPositionalEmbedding>(
+            tokpos::LearnedPositionalEmbedding::borrow(pos, {.max_context = L, .dim = D})));
+  };
+  const auto path = scratch("oom_ckpt.safetensors");
+  tokpos::save_checkpoint(path, tokpos::EmbeddingComposer(
+                                    tokpos::TokenEmbedding({.vocab_size = V, .dim = D, .seed = 5}),
+                                    std::make_unique<tokpos::LearnedPositionalEmbedding>(
+                                        tokpos::LearnedPositionalOptions{.max_context = L, .dim = D, .seed = 6})));
+  auto m = model();
+  const long made = fail_each_allocation([&] { tokpos::load_checkpoint(path, m); },
+                                         [&](long n) {
+                                           SCOPED_TRACE(n);
+                                           EXPECT_TRUE(m.token().borrowed());
+                                           EXPECT_TRUE(m.position().borrowed());
+                                           EXPECT_EQ(m.token().table().data(), tok.data());
+                                           EXPECT_EQ(m.position().table().data(), pos.data());
+                                         },
+                                         std::size_t{16384});  // the tables' allocations, not the header's
+  EXPECT_GT(made, 0);
+  EXPECT_FALSE(m.token().borrowed());
+  EXPECT_FALSE(m.position().borrowed());
+  EXPECT_NE(m.token().table()[0], tok[0]);
 }
 
 }  // namespace

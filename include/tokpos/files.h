@@ -12,9 +12,12 @@ namespace tokpos {
 
 // Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it
 // over `path` and fsyncs the directory, so readers see either the old file or
-// the whole new one. On any failure the temporary file is removed, `path` is
-// untouched, and Error(kIoError) names the path and the OS error (errno's
-// text), prefixed by `where` (the caller, for the message).
+// the whole new one. A failure throws Error(kIoError) naming the path and the
+// OS error (errno's text), prefixed by `where` (the caller, for the message).
+// Every failure up to the rename removes the temporary file and leaves `path`
+// untouched. A failed fsync of the directory comes after the rename: the new
+// file is then in place and complete, and only its durability across a crash
+// is uncertain (the message says "the new file is in place").
 //
 // - Only a regular file is replaced. A directory, device, FIFO or socket at
 //   `path` is refused (kIoError, naming what it is) and left as it was.

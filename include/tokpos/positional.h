@@ -108,6 +108,9 @@ class TOKPOS_API PositionalEmbedding {
                       std::shared_ptr<const void> keep_alive = {});
   // A copy of an owning module copies the table; a copy of a borrowing module
   // borrows the same memory and shares keep_alive. Moves keep table() valid.
+  // The moved-from module is left empty, not dangling: max_context and dim
+  // 0 under the error policy, so a call that reads a position throws
+  // Error(kPositionOutOfRange) (T > L = 0).
   PositionalEmbedding(const PositionalEmbedding& other);
   PositionalEmbedding(PositionalEmbedding&& other) noexcept;
   PositionalEmbedding& operator=(const PositionalEmbedding& other);
@@ -119,6 +122,10 @@ class TOKPOS_API PositionalEmbedding {
   std::span<float> owned_table(const char* what);
   // Copies a borrowed table into an owned buffer; a no-op on an owned table.
   void own_table();
+  // Takes `table` (L*D values) as the owned table; see adopt_table.
+  void adopt_owned_table(std::vector<float>&& table, const char* what);
+  // Empties a moved-from module: no table, L = D = 0, the error policy.
+  void clear_moved_from() noexcept;
   int64_t L_ = 0, D_ = 0;
   BeyondTable beyond_ = BeyondTable::kError;
 
@@ -162,6 +169,13 @@ class TOKPOS_API LearnedPositionalEmbedding final : public PositionalEmbedding {
   // Copies a borrowed table into a buffer the module owns (and drops
   // keep_alive), so it becomes writable; a no-op on an owned table.
   void make_owned() { own_table(); }
+  // Takes `table` (L*D values) as the module's own table, dropping a borrowed
+  // one (and keep_alive) as make_owned does; no copy, no allocation.
+  // Error(kShapeMismatch) if table.size() != L*D, and then nothing changes;
+  // with the right size it cannot fail (loaders commit several modules with it).
+  void adopt_table(std::vector<float>&& table) {
+    adopt_owned_table(std::move(table), "LearnedPositionalEmbedding::adopt_table");
+  }
   std::span<const float> grad() const override { return grad_; }
   std::span<float> ensure_grad() override;
   void zero_grad() override;

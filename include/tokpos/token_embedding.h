@@ -64,6 +64,9 @@ class TOKPOS_API TokenEmbedding {
 
   // A copy of an owning module copies the table; a copy of a borrowing module
   // borrows the same memory and shares keep_alive. Moves keep table() valid.
+  // The moved-from module is left empty, not dangling: vocab_size and dim 0,
+  // no padding row, the error policy, so a call that reads the table throws
+  // (an id outside [0, 0), or a size that must be 0).
   TokenEmbedding(const TokenEmbedding& other);
   TokenEmbedding(TokenEmbedding&& other) noexcept;
   TokenEmbedding& operator=(const TokenEmbedding& other);
@@ -97,6 +100,11 @@ class TOKPOS_API TokenEmbedding {
   // Copies a borrowed table into a buffer the module owns (and drops
   // keep_alive), so it becomes writable; a no-op on an owned table.
   void make_owned();
+  // Takes `table` (V*D values) as the module's own table, dropping a borrowed
+  // one (and keep_alive) as make_owned does; no copy, no allocation.
+  // Error(kShapeMismatch) if table.size() != V*D, and then nothing changes;
+  // with the right size it cannot fail (loaders commit several modules with it).
+  void adopt_table(std::vector<float>&& table);
 
   // (V, D) gradient; empty until the first backward or ensure_grad().
   std::span<const float> grad() const { return grad_; }
@@ -137,11 +145,8 @@ class TOKPOS_API TokenEmbedding {
   void logits_backward(std::span<const float> d_logits, std::span<const float> h, int64_t N,
                        std::span<float> d_h = {});
 
-  // Maps ids to table rows under the policy, or throws naming the first bad
-  // id, its (b, t) and V. `where` names the caller in the message.
-  std::vector<int64_t> resolve_ids(std::span<const int64_t> ids, int64_t B, int64_t T,
-                                   std::optional<IdPolicy> policy, const char* where) const;
-  // The same check without building the row list.
+  // Checks ids (B, T) under the policy, or throws naming the first bad id,
+  // its (b, t) and V. `where` names the caller in the message.
   void check_ids(std::span<const int64_t> ids, int64_t B, int64_t T, std::optional<IdPolicy> policy,
                  const char* where) const;
 
@@ -158,6 +163,11 @@ class TOKPOS_API TokenEmbedding {
 
   TokenEmbedding(int64_t V, int64_t D, std::vector<float> table, std::optional<int64_t> padding_idx,
                  IdPolicy policy, bool frozen);
+  // Empties a moved-from module (see the move constructor).
+  void clear_moved_from() noexcept;
+  // Backward on a frozen table: the checks of plan, without the plan.
+  void check_frozen_call(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B, int64_t T,
+                         std::optional<IdPolicy> policy, const char* where) const;
 
   int64_t V_ = 0, D_ = 0;
   std::vector<float> owned_;                // the table when owned; empty when borrowed

@@ -9,9 +9,11 @@
 namespace tokpos::detail {
 
 // Writes the pieces, in order, to a temporary file beside `path`, fsyncs it,
-// renames it over `path` and fsyncs the directory. On any failure the
-// temporary file is removed, `path` is untouched, and Error(kIoError) names
-// the path and the OS error (strerror). `where` names the caller in the
+// renames it over `path` and fsyncs the directory. A failure throws
+// Error(kIoError) naming the path and the OS error (strerror). Up to the
+// rename, the temporary file is removed and `path` is untouched; a failed
+// directory fsync comes after it: the new file is in place and complete, and
+// only its durability across a crash is uncertain. `where` names the caller in the
 // message. Only a regular file is replaced (a directory, device, FIFO or
 // socket is refused); a symbolic link is followed to the regular file it ends
 // in, which is replaced in its own directory; the old file's mode is kept, and

@@ -12,28 +12,39 @@ namespace {
 
 struct Entry {
   std::string name;
-  std::span<const float> data;               // for saving
-  std::function<std::span<float>()> target;  // for loading, asked for only once the file checks out
+  std::span<const float> data;  // for saving
+  // For loading, called only once the file checks out and every value is
+  // read: takes the values (of the checked size) into the model. It must not
+  // fail: load_entries commits every entry with it, one after another.
+  std::function<void(std::vector<float>&&)> commit;
   std::vector<int64_t> shape;
 };
 
-// A module's table: read in place for saving; for loading, a borrowed
-// (read-only) table is first copied into a buffer the module owns.
+// A module's table: read in place for saving. For loading, an owned table
+// is overwritten in place (its memory stays where it was); a borrowed,
+// read-only one is replaced by the values read, which the module then owns
+// (adopt_table: a move, no allocation). Neither can fail at the checked size.
 template <typename Module>
 Entry table_entry(const std::string& name, Module& m, std::vector<int64_t> shape) {
   return {name, m.table(),
-          [&m] {
-            m.make_owned();
-            return m.mutable_table();
+          [&m](std::vector<float>&& v) {
+            if (m.borrowed()) return m.adopt_table(std::move(v));
+            std::copy(v.begin(), v.end(), m.mutable_table().begin());
           },
           std::move(shape)};
+}
+
+// A buffer the model owns (a gradient, layer norm's parameters): the values
+// are copied into it, which cannot fail at the checked size.
+Entry buffer_entry(const std::string& name, std::span<float> t, std::vector<int64_t> shape) {
+  return {name, t, [t](std::vector<float>&& v) { std::copy(v.begin(), v.end(), t.begin()); }, std::move(shape)};
 }
 
 // Everything the model holds, as named tensors.
 std::vector<Entry> entries(EmbeddingComposer& m, bool grads) {
   std::vector<Entry> out;
   auto add = [&](const std::string& name, std::span<float> t, std::vector<int64_t> shape) {
-    out.push_back({name, t, [t] { return t; }, std::move(shape)});
+    out.push_back(buffer_entry(name, t, std::move(shape)));
   };
   const int64_t D = m.dim();
   out.push_back(table_entry("token.weight", m.token(), {m.token().vocab_size(), D}));
@@ -65,7 +76,7 @@ std::vector<Entry> module_entries(Module& m, int64_t rows, bool grads) {
   out.push_back(table_entry("weight", m, shape));
   if (grads) {
     auto g = m.ensure_grad();
-    out.push_back({"grad", g, [g] { return g; }, shape});
+    out.push_back(buffer_entry("grad", g, shape));
   }
   return out;
 }
@@ -101,12 +112,16 @@ void load_entries(const std::string& path, const std::vector<Entry>& list) {
       detail::fail(Status::kInvalidArgument, kWhere, path, ": tensor '", e.name, "' has dtype ", info.dtype);
     }
   }
+  // Every allocation happens here, before the model changes: the values of
+  // every tensor, read and converted to F32 (of the checked sizes). Any
+  // failure (a short read, bad_alloc) leaves the model as it was.
   std::vector<std::vector<float>> values;
-  for (const auto& e : list) values.push_back(file.read_f32(e.name));  // may throw: still nothing changed
-  // make_owned may still fail to allocate; the values are only written after.
-  std::vector<std::span<float>> targets;
-  for (const auto& e : list) targets.push_back(e.target());
-  for (size_t k = 0; k < list.size(); ++k) std::copy(values[k].begin(), values[k].end(), targets[k].begin());
+  values.reserve(list.size());
+  for (const auto& e : list) values.push_back(file.read_f32(e.name));
+  // The commits allocate nothing and cannot fail (a table is adopted by a
+  // move, a buffer is copied into): once the first module changes, every
+  // other one does too.
+  for (size_t k = 0; k < list.size(); ++k) list[k].commit(std::move(values[k]));
 }
 
 }  // namespace

@@ -78,7 +78,12 @@ void write_npy(const std::string& path, const std::string& descr, const std::vec
     if (__builtin_mul_overflow(count, s, &count))
       detail::fail(Status::kSizeOverflow, kWhere, path, ": the element count of the shape overflows int64");
   }
-  if (static_cast<uint64_t>(count) * item_size(descr) != bytes) {
+  // The byte count must not wrap either: a wrapped product could equal
+  // `bytes` and record a wrong shape.
+  uint64_t need = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(count), static_cast<uint64_t>(item_size(descr)), &need))
+    detail::fail(Status::kSizeOverflow, kWhere, path, ": the byte count of the shape overflows");
+  if (need != bytes) {
     detail::fail(Status::kShapeMismatch, kWhere, path, ": ", bytes, " bytes do not match shape and dtype ",
                  descr);
   }

@@ -21,6 +21,25 @@ namespace {
 
 constexpr uint64_t kMaxHeader = 100u << 20;  // the format's own limit is 100 MB
 
+// The element count of a shape whose entries are all >= 0, or false if it
+// does not fit int64. The product of the non-zero entries must fit (not only
+// the whole product, which a zero entry makes 0), so that every partial
+// product, in any order, is representable: TensorInfo::numel and the
+// readers of a shape may multiply the entries in any order.
+bool shape_numel(const std::vector<int64_t>& shape, int64_t* numel) {
+  int64_t nonzero = 1;
+  bool any_zero = false;
+  for (const int64_t s : shape) {
+    if (s == 0) {
+      any_zero = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(nonzero, s, &nonzero)) return false;
+  }
+  *numel = any_zero ? 0 : nonzero;
+  return true;
+}
+
 }  // namespace
 
 size_t safetensors_dtype_size(const std::string& d) {
@@ -32,8 +51,11 @@ size_t safetensors_dtype_size(const std::string& d) {
 }
 
 int64_t TensorInfo::numel() const {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  // SafetensorsFile::open refuses a shape whose count does not fit; this
+  // guards a TensorInfo built by hand.
+  int64_t n = 0;
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t s) { return s < 0; }) || !shape_numel(shape, &n))
+    detail::fail(Status::kSizeOverflow, "TensorInfo::numel", "the element count of the shape does not fit int64");
   return n;
 }
 
@@ -150,10 +172,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, Access access) {
   SafetensorsFile f;
   f.path_ = path;
   f.access_ = access;
+  // The Mapping is allocated before the file is opened, and owns the
+  // descriptor (kRead) or the descriptor is closed (kMap) before anything
+  // else can throw: a bad_alloc cannot leak it.
+  f.map_ = std::make_shared<Mapping>();
   struct stat st {};
   const int fd = detail::open_regular_file(kWhere, path, &st);
   const auto file_size = static_cast<uint64_t>(st.st_size);
-  f.map_ = std::make_shared<Mapping>();
   const uint8_t* bytes = nullptr;
   std::vector<uint8_t> head;  // Access::kRead: the length and the header, read with pread
   if (access == Access::kRead) {
@@ -240,16 +265,22 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, Access access) {
     if (elem == 0)
       detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name, "' has unknown dtype '",
                    info.dtype, "'");
-    uint64_t numel = 1;
     for (const auto& s : e["shape"]) {
       if (!s.is_number_unsigned())
         detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name, "' has a bad shape entry");
       const auto d = s.get<uint64_t>();
-      if (d > 0 && numel > UINT64_MAX / d)
-        detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name, "' shape overflows");
-      numel *= d;
+      if (d > static_cast<uint64_t>(INT64_MAX)) {
+        detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name, "' has shape entry ", d,
+                     ", above the int64 maximum");
+      }
       info.shape.push_back(static_cast<int64_t>(d));
     }
+    int64_t count = 0;
+    if (!shape_numel(info.shape, &count)) {
+      detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name,
+                   "' shape overflows: the product of its non-zero entries does not fit int64");
+    }
+    const auto numel = static_cast<uint64_t>(count);
     if (!e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned()) {
       detail::fail(Status::kCorruptFile, kWhere, path, ": tensor '", name,
                    "' has non-integer data_offsets");
@@ -384,14 +415,19 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
     const size_t elem = safetensors_dtype_size(t.dtype);
     if (elem == 0)
       detail::fail(Status::kInvalidArgument, kWhere, "tensor '", t.name, "': unknown dtype '", t.dtype, "'");
-    uint64_t numel = 1;
-    for (int64_t s : t.shape) {
-      detail::check_at_least(kWhere, "shape entry", s, 0);
-      numel *= static_cast<uint64_t>(s);
+    for (int64_t s : t.shape) detail::check_at_least(kWhere, "shape entry", s, 0);
+    // What the reader accepts: the product of the non-zero entries fits
+    // int64, and the byte count fits uint64 (a wrapped product could equal
+    // t.bytes and record a wrong shape).
+    int64_t numel = 0;
+    uint64_t need = 0;
+    if (!shape_numel(t.shape, &numel) || __builtin_mul_overflow(static_cast<uint64_t>(numel), elem, &need)) {
+      detail::fail(Status::kSizeOverflow, kWhere, path, ": tensor '", t.name,
+                   "': the element or byte count of its shape overflows");
     }
-    if (numel * elem != t.bytes) {
-      detail::fail(Status::kShapeMismatch, kWhere, "tensor '", t.name, "': shape needs ", numel * elem,
-                   " bytes, given ", t.bytes);
+    if (need != t.bytes) {
+      detail::fail(Status::kShapeMismatch, kWhere, "tensor '", t.name, "': shape needs ", need, " bytes, given ",
+                   t.bytes);
     }
     if (text.size() > 1) text += ',';
     text += nlohmann::json(t.name).dump() + ':' +

@@ -58,8 +58,7 @@ PositionalEmbedding::PositionalEmbedding(PositionalEmbedding&& o) noexcept
       data_(o.borrowed_ ? o.data_ : owned_.data()),
       keep_alive_(std::move(o.keep_alive_)),
       borrowed_(o.borrowed_) {
-  o.data_ = o.owned_.data();  // the moved-from module is left empty, not dangling
-  o.borrowed_ = false;
+  o.clear_moved_from();
 }
 
 PositionalEmbedding& PositionalEmbedding::operator=(const PositionalEmbedding& o) {
@@ -84,10 +83,21 @@ PositionalEmbedding& PositionalEmbedding::operator=(PositionalEmbedding&& o) noe
   borrowed_ = o.borrowed_;
   data_ = borrowed_ ? o.data_ : owned_.data();
   keep_alive_ = std::move(o.keep_alive_);
-  o.owned_.clear();
-  o.data_ = o.owned_.data();
-  o.borrowed_ = false;
+  o.clear_moved_from();
   return *this;
+}
+
+// The moved-from module is left empty, not dangling: a 0 x 0 table under the
+// error policy, so every call that reads a position fails with a size error
+// (T > L = 0) instead of reading through a stale size.
+void PositionalEmbedding::clear_moved_from() noexcept {
+  owned_.clear();
+  data_ = owned_.data();
+  keep_alive_.reset();
+  borrowed_ = false;
+  L_ = 0;
+  D_ = 0;
+  beyond_ = BeyondTable::kError;
 }
 
 std::span<float> PositionalEmbedding::owned_table(const char* what) {
@@ -103,6 +113,14 @@ void PositionalEmbedding::own_table() {
   auto copy = detail::make_buffer<float>("PositionalEmbedding::make_owned", "position table", L_ * D_);
   std::copy_n(data_, L_ * D_, copy.begin());
   owned_ = std::move(copy);
+  data_ = owned_.data();
+  keep_alive_.reset();
+  borrowed_ = false;
+}
+
+void PositionalEmbedding::adopt_owned_table(std::vector<float>&& table, const char* what) {
+  detail::check_size(what, "table", table.size(), L_ * D_);
+  owned_ = std::move(table);
   data_ = owned_.data();
   keep_alive_.reset();
   borrowed_ = false;

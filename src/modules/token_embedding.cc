@@ -59,8 +59,7 @@ TokenEmbedding::TokenEmbedding(TokenEmbedding&& o) noexcept
       padding_idx_(o.padding_idx_),
       id_policy_(o.id_policy_),
       frozen_(o.frozen_) {
-  o.data_ = o.owned_.data();  // the moved-from module is left empty, not dangling
-  o.borrowed_ = false;
+  o.clear_moved_from();
 }
 
 TokenEmbedding& TokenEmbedding::operator=(const TokenEmbedding& o) {
@@ -80,10 +79,24 @@ TokenEmbedding& TokenEmbedding::operator=(TokenEmbedding&& o) noexcept {
   padding_idx_ = o.padding_idx_;
   id_policy_ = o.id_policy_;
   frozen_ = o.frozen_;
-  o.owned_.clear();
-  o.data_ = o.owned_.data();
-  o.borrowed_ = false;
+  o.clear_moved_from();
   return *this;
+}
+
+// The moved-from module is left empty, not dangling: a 0 x 0 table with no
+// padding row and the error policy, so every call that reads the table fails
+// with a size error (an id outside [0, V = 0), or a size that must be N*V = 0)
+// instead of reading through a stale size.
+void TokenEmbedding::clear_moved_from() noexcept {
+  owned_.clear();
+  data_ = owned_.data();
+  keep_alive_.reset();
+  borrowed_ = false;
+  grad_.clear();
+  V_ = 0;
+  D_ = 0;
+  padding_idx_.reset();
+  id_policy_ = IdPolicy::error();
 }
 
 namespace {
@@ -154,6 +167,14 @@ void TokenEmbedding::make_owned() {
   borrowed_ = false;
 }
 
+void TokenEmbedding::adopt_table(std::vector<float>&& table) {
+  detail::check_size("TokenEmbedding::adopt_table", "table", table.size(), V_ * D_);
+  owned_ = std::move(table);
+  data_ = owned_.data();
+  keep_alive_.reset();
+  borrowed_ = false;
+}
+
 void TokenEmbedding::check_policy_for(const IdPolicy& policy, const char* where) const {
   check_policy(where, policy, V_);
 }
@@ -189,17 +210,6 @@ void TokenEmbedding::check_ids(std::span<const int64_t> ids, int64_t B, int64_t 
   const IdPolicy& p = policy ? *policy : id_policy_;
   check_policy(where, p, V_);
   if (p.action == IdPolicy::Action::kError) detail::check_token_ids(where, ids.data(), B, T, V_);
-}
-
-std::vector<int64_t> TokenEmbedding::resolve_ids(std::span<const int64_t> ids, int64_t B, int64_t T,
-                                                 std::optional<IdPolicy> policy, const char* where) const {
-  check_ids(ids, B, T, policy, where);
-  const IdPolicy& p = policy ? *policy : id_policy_;
-  auto rows = detail::make_buffer<int64_t>(where, "row list", static_cast<int64_t>(ids.size()));
-  for (size_t n = 0; n < ids.size(); ++n) {
-    rows[n] = (ids[n] >= 0 && ids[n] < V_) ? ids[n] : p.unk_id;
-  }
-  return rows;
 }
 
 void TokenEmbedding::forward(std::span<const int64_t> ids, int64_t B, int64_t T, std::span<float> out,
@@ -244,11 +254,25 @@ ops::RowPlan TokenEmbedding::plan(std::span<const float> d_out, std::span<const 
                       lookup_options(p, where));
 }
 
+// A frozen table gets no gradient: the call checks what an unfrozen one
+// would (the sizes, the policy, the ids) and fails the same way, but plans
+// no rows (no sorted row list is built only to be dropped).
+void TokenEmbedding::check_frozen_call(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B,
+                                       int64_t T, std::optional<IdPolicy> policy, const char* where) const {
+  check_batch(where, B, T);
+  detail::check_size(where, "ids", ids.size(), detail::checked_mul(where, "B*T", B, T));
+  detail::check_size(where, "d_out", d_out.size(), detail::checked_mul3(where, "B*T*D", B, T, D_));
+  check_ids(ids, B, T, policy, where);
+}
+
 std::vector<int64_t> TokenEmbedding::backward(std::span<const float> d_out, std::span<const int64_t> ids,
                                               int64_t B, int64_t T, std::optional<IdPolicy> policy) {
   constexpr const char* kWhere = "TokenEmbedding::backward";
+  if (frozen_) {
+    check_frozen_call(d_out, ids, B, T, policy, kWhere);
+    return {};
+  }
   const ops::RowPlan rows = plan(d_out, ids, B, T, policy, kWhere);
-  if (frozen_) return {};
   ensure_grad();  // may throw; nothing has been written yet
   ops::compose_backward(TensorView(grad_.data(), DType::kF32, {V_, D_}).get(), nullptr,
                         TensorView(d_out.data(), DType::kF32, {B, T, D_}), rows);
@@ -260,8 +284,11 @@ TokenEmbedding::SparseGradient TokenEmbedding::sparse_backward(std::span<const f
                                                                int64_t T,
                                                                std::optional<IdPolicy> policy) const {
   constexpr const char* kWhere = "TokenEmbedding::sparse_backward";
+  if (frozen_) {
+    check_frozen_call(d_out, ids, B, T, policy, kWhere);
+    return {};
+  }
   const ops::RowPlan rows = plan(d_out, ids, B, T, policy, kWhere);
-  if (frozen_) return {};
   const auto U = static_cast<int64_t>(rows.touched_rows().size());
   SparseGradient out{{rows.touched_rows().begin(), rows.touched_rows().end()}, {}};
   out.values = detail::make_buffer<float>(kWhere, "sparse gradient", detail::checked_mul(kWhere, "U*D", U, D_));

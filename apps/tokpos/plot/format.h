@@ -9,7 +9,7 @@ namespace tokpos::plot {
 
 // A printf format with exactly one conversion, and that conversion takes a
 // double (f F e E g G a A). Checked at compile time: fmt("%02x", byte) does
-// not compile, where it used to pass a byte where printf read a double.
+// not compile, rather than pass a byte where printf reads a double.
 class DoubleFormat {
  public:
   consteval DoubleFormat(const char* f) : f_(f) {  // NOLINT: implicit from a literal on purpose

@@ -68,7 +68,7 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
     throw Error(Status::kInvalidArgument, "tokpos plot: --context " + std::to_string(o.context) + " is outside [2, 2048]");
   }
   const int64_t L = o.context, D = o.dim;
-  // A file where the directory should be is refused now; the directory itself
+  // A file where the directory should be is refused here, up front; the directory itself
   // is made at the end, with the pictures, so a failed or interrupted run
   // leaves nothing behind.
   if (struct stat st {}; ::stat(o.out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {

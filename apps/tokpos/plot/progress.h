@@ -7,8 +7,10 @@
 // redrawn in place, and erased when the work is done.
 #pragma once
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -70,22 +72,57 @@ class Progress {
 // files finishes writing them (each one atomically) before the signal ends it,
 // so an interrupted run leaves either the old files or the new ones, and no
 // temporary file behind.
+//
+// How: a signal mask would not do, since sigprocmask and pthread_sigmask
+// block a signal only in the calling thread, and the process-directed signal
+// goes to any thread that does not block it (OpenMP's workers exist by the
+// time the files are written). Instead, for the window, each of the three
+// signals whose disposition is the default gets a process-wide handler
+// (SA_RESTART, so the write's system calls are not cut short) that only
+// records the first signal. On leaving the window the previous dispositions
+// come back first, then a recorded signal is raised again: it ends the
+// process as it would have, after the write. Outside the window nothing is
+// installed: Ctrl-C works as ever. An ignored signal (nohup) stays ignored.
+// Windows nest; they are opened and closed by the main thread.
 class DeferSignals {
  public:
   DeferSignals() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigprocmask(SIG_BLOCK, &set, &old_);
+    if (depth_++ > 0) return;
+    pending_.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = &DeferSignals::record;
+    sa.sa_flags = SA_RESTART;
+    sigfillset(&sa.sa_mask);
+    for (int k = 0; k < kCount; ++k) {
+      installed_[k] = false;
+      if (sigaction(kSignals[k], nullptr, &old_[k]) != 0 || old_[k].sa_handler != SIG_DFL) continue;
+      installed_[k] = sigaction(kSignals[k], &sa, nullptr) == 0;
+    }
   }
   DeferSignals(const DeferSignals&) = delete;
   DeferSignals& operator=(const DeferSignals&) = delete;
-  ~DeferSignals() { sigprocmask(SIG_SETMASK, &old_, nullptr); }
+  ~DeferSignals() {
+    if (--depth_ > 0) return;
+    for (int k = 0; k < kCount; ++k)
+      if (installed_[k]) sigaction(kSignals[k], &old_[k], nullptr);
+    if (const int sig = pending_.exchange(0); sig != 0) std::raise(sig);  // the default action: the process ends
+  }
 
  private:
-  sigset_t old_;
+  static constexpr int kCount = 3;
+  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP};
+  static_assert(std::atomic<int>::is_always_lock_free, "the handler stores to it");
+
+  // The handler: async-signal-safe, it only records the first signal.
+  static void record(int sig) {
+    int none = 0;
+    pending_.compare_exchange_strong(none, sig);
+  }
+
+  static inline std::atomic<int> pending_{0};
+  static inline int depth_ = 0;
+  static inline struct sigaction old_[kCount] = {};
+  static inline bool installed_[kCount] = {};
 };
 
 }  // namespace tokpos::plot

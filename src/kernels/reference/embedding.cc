@@ -65,14 +65,21 @@ void compose_typed_ref(const TypedGather& tg, const Exec&) {
     }
 }
 
-// Row by row, sources in increasing i: one at a time for a row with at most
-// kRowBlock sources, else blocks of kRowBlock summed from their first source.
-void index_add_one(const GradTarget& a, const Source& src) {
-  const int64_t N = src.B * src.T, D = src.D;
+// The sources of each row of a, in increasing i: (V) lists. Allocates.
+std::vector<std::vector<int64_t>> sources_of(const GradTarget& a, const Source& src) {
+  const int64_t N = src.B * src.T;
   std::vector<std::vector<int64_t>> sources(static_cast<size_t>(a.V));
   for (int64_t i = 0; i < N; ++i)
     if (a.rows[i] >= 0) sources[a.rows[i]].push_back(i);
-  std::vector<float> block(static_cast<size_t>(D));
+  return sources;
+}
+
+// Row by row, sources in increasing i: one at a time for a row with at most
+// kRowBlock sources, else blocks of kRowBlock summed from their first source.
+// `block` is D floats of scratch; nothing here allocates.
+void index_add_one(const GradTarget& a, const Source& src, const std::vector<std::vector<int64_t>>& sources,
+                   std::vector<float>& block) {
+  const int64_t D = src.D;
   for (int64_t v = 0; v < a.V; ++v) {
     const auto& list = sources[v];
     float* grad = a.grad + v * a.stride;
@@ -91,10 +98,17 @@ void index_add_one(const GradTarget& a, const Source& src) {
   }
 }
 
-// Two gradients are, by definition, the two one-gradient scatters.
+// Two gradients are, by definition, the two one-gradient scatters. Every
+// allocation (both source lists, the scratch row) comes before the first
+// write, as kernels.h asks of a backward kernel: a bad_alloc leaves both
+// gradients untouched.
 void index_add_rows_ref(const GradTarget& a, const GradTarget& b, const Source& src, const Exec&) {
-  if (a.grad != nullptr) index_add_one(a, src);
-  if (b.grad != nullptr) index_add_one(b, src);
+  std::vector<std::vector<int64_t>> sources_a, sources_b;
+  if (a.grad != nullptr) sources_a = sources_of(a, src);
+  if (b.grad != nullptr) sources_b = sources_of(b, src);
+  std::vector<float> block(static_cast<size_t>(src.D));
+  if (a.grad != nullptr) index_add_one(a, src, sources_a, block);
+  if (b.grad != nullptr) index_add_one(b, src, sources_b, block);
 }
 
 }  // namespace
