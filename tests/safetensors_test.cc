@@ -569,24 +569,40 @@ TEST(Checkpoint, LoadOutOfMemoryChangesNothing) {
             tokpos::LearnedPositionalEmbedding::borrow(pos, {.max_context = L, .dim = D})));
   };
   const auto path = scratch("oom_ckpt.safetensors");
-  tokpos::save_checkpoint(path, tokpos::EmbeddingComposer(
-                                    tokpos::TokenEmbedding({.vocab_size = V, .dim = D, .seed = 5}),
-                                    std::make_unique<tokpos::LearnedPositionalEmbedding>(
-                                        tokpos::LearnedPositionalOptions{.max_context = L, .dim = D, .seed = 6})));
-  auto m = model();
-  const long made = fail_each_allocation([&] { tokpos::load_checkpoint(path, m); },
-                                         [&](long n) {
-                                           SCOPED_TRACE(n);
-                                           EXPECT_TRUE(m.token().borrowed());
-                                           EXPECT_TRUE(m.position().borrowed());
-                                           EXPECT_EQ(m.token().table().data(), tok.data());
-                                           EXPECT_EQ(m.position().table().data(), pos.data());
-                                         },
-                                         std::size_t{16384});  // the tables' allocations, not the header's
-  EXPECT_GT(made, 0);
-  EXPECT_FALSE(m.token().borrowed());
-  EXPECT_FALSE(m.position().borrowed());
-  EXPECT_NE(m.token().table()[0], tok[0]);
+  auto saved = tokpos::EmbeddingComposer(
+      tokpos::TokenEmbedding({.vocab_size = V, .dim = D, .seed = 5}),
+      std::make_unique<tokpos::LearnedPositionalEmbedding>(
+          tokpos::LearnedPositionalOptions{.max_context = L, .dim = D, .seed = 6}));
+  saved.backward(tokpos::testing::noise(2 * D, 43), std::vector<int64_t>{3, 4}, 1, 2);
+  tokpos::save_checkpoint(path, saved, true);
+  auto same = [](std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+  };
+  for (const bool grads : {false, true}) {
+    SCOPED_TRACE(grads ? "with gradients" : "parameters");
+    auto m = model();
+    const long made = fail_each_allocation([&] { tokpos::load_checkpoint(path, m, grads); },
+                                           [&](long n) {
+                                             SCOPED_TRACE(n);
+                                             EXPECT_TRUE(m.token().borrowed());
+                                             EXPECT_TRUE(m.position().borrowed());
+                                             EXPECT_EQ(m.token().table().data(), tok.data());
+                                             EXPECT_EQ(m.position().table().data(), pos.data());
+                                             EXPECT_TRUE(m.token().grad().empty());  // none allocated either
+                                             EXPECT_TRUE(m.position().grad().empty());
+                                           },
+                                           std::size_t{16384});  // the tables' allocations, not the header's
+    EXPECT_GT(made, 0);
+    EXPECT_FALSE(m.token().borrowed());
+    EXPECT_FALSE(m.position().borrowed());
+    EXPECT_TRUE(same(m.token().table(), saved.token().table()));
+    EXPECT_TRUE(same(m.position().table(), saved.position().table()));
+    EXPECT_EQ(m.token().grad().empty(), !grads);
+    if (grads) {
+      EXPECT_TRUE(same(m.token().grad(), saved.token().grad()));
+      EXPECT_TRUE(same(m.position().grad(), saved.position().grad()));
+    }
+  }
 }
 
 }  // namespace

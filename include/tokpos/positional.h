@@ -179,6 +179,9 @@ class TOKPOS_API LearnedPositionalEmbedding final : public PositionalEmbedding {
   std::span<const float> grad() const override { return grad_; }
   std::span<float> ensure_grad() override;
   void zero_grad() override;
+  // Takes `grad` (L*D values) as the gradient, no copy. Error(kShapeMismatch)
+  // if grad.size() != L*D, and then nothing changes; otherwise no-throw.
+  void adopt_grad(std::vector<float>&& grad);
 
   void backward(std::span<const float> d_out, int64_t B, int64_t T,
                 const PositionSpec& positions = {}) override;

@@ -110,6 +110,9 @@ class TOKPOS_API TokenEmbedding {
   std::span<const float> grad() const { return grad_; }
   std::span<float> ensure_grad();
   void zero_grad();
+  // Takes `grad` (V*D values) as the gradient, no copy. Error(kShapeMismatch)
+  // if grad.size() != V*D, and then nothing changes; otherwise no-throw.
+  void adopt_grad(std::vector<float>&& grad);
 
   // out (B, T, D) = table[ids[b, t]]. Overwrites out. ids is (B, T).
   // Ids are checked before anything is written; on error out is untouched.

@@ -40,15 +40,32 @@ Entry buffer_entry(const std::string& name, std::span<float> t, std::vector<int6
   return {name, t, [t](std::vector<float>&& v) { std::copy(v.begin(), v.end(), t.begin()); }, std::move(shape)};
 }
 
+// A module's gradient. Saving reads it (ensure_grad may allocate a zero
+// one). Loading writes it: into the gradient the module has, or, when it has
+// none yet, the values read become it (adopt_grad: a move, no allocation), so
+// nothing is allocated in the module before the file checks out.
+template <typename Module>
+Entry grad_entry(const std::string& name, Module& m, std::vector<int64_t> shape, bool loading) {
+  if (!loading) return buffer_entry(name, m.ensure_grad(), std::move(shape));
+  return {name, {},
+          [&m](std::vector<float>&& v) {
+            if (m.grad().empty()) return m.adopt_grad(std::move(v));
+            // The gradient exists: ensure_grad allocates nothing.
+            std::copy(v.begin(), v.end(), m.ensure_grad().begin());
+          },
+          std::move(shape)};
+}
+
 // Everything the model holds, as named tensors.
-std::vector<Entry> entries(EmbeddingComposer& m, bool grads) {
+std::vector<Entry> entries(EmbeddingComposer& m, bool grads, bool loading) {
   std::vector<Entry> out;
   auto add = [&](const std::string& name, std::span<float> t, std::vector<int64_t> shape) {
     out.push_back(buffer_entry(name, t, std::move(shape)));
   };
   const int64_t D = m.dim();
   out.push_back(table_entry("token.weight", m.token(), {m.token().vocab_size(), D}));
-  if (auto* learned = dynamic_cast<LearnedPositionalEmbedding*>(&m.position())) {
+  auto* learned = dynamic_cast<LearnedPositionalEmbedding*>(&m.position());
+  if (learned) {
     out.push_back(table_entry("position.weight", *learned, {learned->max_context(), D}));
   }
   if (m.token_types()) {
@@ -61,23 +78,20 @@ std::vector<Entry> entries(EmbeddingComposer& m, bool grads) {
     add("layer_norm.bias", ln.beta, {D});
   }
   if (grads) {
-    add("token.grad", m.token().ensure_grad(), {m.token().vocab_size(), D});
-    auto g = m.position().ensure_grad();
-    if (!g.empty()) add("position.grad", g, {m.position().max_context(), D});
+    out.push_back(grad_entry("token.grad", m.token(), {m.token().vocab_size(), D}, loading));
+    // Only a learned table has a gradient.
+    if (learned) out.push_back(grad_entry("position.grad", *learned, {learned->max_context(), D}, loading));
   }
   return out;
 }
 
 // A table and, optionally, its gradient, under "<prefix>weight" / "<prefix>grad".
 template <typename Module>
-std::vector<Entry> module_entries(Module& m, int64_t rows, bool grads) {
+std::vector<Entry> module_entries(Module& m, int64_t rows, bool grads, bool loading) {
   std::vector<Entry> out;
   const std::vector<int64_t> shape = {rows, m.dim()};
   out.push_back(table_entry("weight", m, shape));
-  if (grads) {
-    auto g = m.ensure_grad();
-    out.push_back(buffer_entry("grad", g, shape));
-  }
+  if (grads) out.push_back(grad_entry("grad", m, shape, loading));
   return out;
 }
 
@@ -128,26 +142,26 @@ void load_entries(const std::string& path, const std::vector<Entry>& list) {
 
 void save_checkpoint(const std::string& path, const EmbeddingComposer& model, bool with_gradients) {
   // ensure_grad may allocate a zero gradient; the parameters are only read.
-  save_entries(path, entries(const_cast<EmbeddingComposer&>(model), with_gradients));
+  save_entries(path, entries(const_cast<EmbeddingComposer&>(model), with_gradients, false));
 }
 
 void load_checkpoint(const std::string& path, EmbeddingComposer& model, bool with_gradients) {
-  load_entries(path, entries(model, with_gradients));
+  load_entries(path, entries(model, with_gradients, true));
 }
 
 void save_checkpoint(const std::string& path, const TokenEmbedding& m, bool with_gradients) {
   auto& mm = const_cast<TokenEmbedding&>(m);
-  save_entries(path, module_entries(mm, mm.vocab_size(), with_gradients));
+  save_entries(path, module_entries(mm, mm.vocab_size(), with_gradients, false));
 }
 void load_checkpoint(const std::string& path, TokenEmbedding& m, bool with_gradients) {
-  load_entries(path, module_entries(m, m.vocab_size(), with_gradients));
+  load_entries(path, module_entries(m, m.vocab_size(), with_gradients, true));
 }
 void save_checkpoint(const std::string& path, const LearnedPositionalEmbedding& m, bool with_gradients) {
   auto& mm = const_cast<LearnedPositionalEmbedding&>(m);
-  save_entries(path, module_entries(mm, mm.max_context(), with_gradients));
+  save_entries(path, module_entries(mm, mm.max_context(), with_gradients, false));
 }
 void load_checkpoint(const std::string& path, LearnedPositionalEmbedding& m, bool with_gradients) {
-  load_entries(path, module_entries(m, m.max_context(), with_gradients));
+  load_entries(path, module_entries(m, m.max_context(), with_gradients, true));
 }
 
 }  // namespace tokpos

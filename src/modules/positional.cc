@@ -284,6 +284,11 @@ std::span<float> LearnedPositionalEmbedding::ensure_grad() {
   return grad_;
 }
 
+void LearnedPositionalEmbedding::adopt_grad(std::vector<float>&& grad) {
+  detail::check_size("LearnedPositionalEmbedding::adopt_grad", "gradient", grad.size(), L_ * D_);
+  grad_ = std::move(grad);
+}
+
 void LearnedPositionalEmbedding::zero_grad() {
   std::fill(grad_.begin(), grad_.end(), 0.0f);
 }

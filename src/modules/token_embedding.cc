@@ -199,6 +199,11 @@ std::span<float> TokenEmbedding::ensure_grad() {
   return grad_;
 }
 
+void TokenEmbedding::adopt_grad(std::vector<float>&& grad) {
+  detail::check_size("TokenEmbedding::adopt_grad", "gradient", grad.size(), V_ * D_);
+  grad_ = std::move(grad);
+}
+
 void TokenEmbedding::zero_grad() {
   std::fill(grad_.begin(), grad_.end(), 0.0f);
 }
