@@ -527,8 +527,8 @@ TEST(Cli, TableOutIgnoresAPlantedTemporaryName) {
   std::filesystem::remove_all(dir);
 }
 
-// --weights that is not a regular file is refused by name; a FIFO used to
-// hang in open() forever (run under timeout(1): exit 124 if it does again).
+// --weights that is not a regular file is refused by name; a FIFO must not
+// hang in open() (run under timeout(1): exit 124 if it does).
 TEST(Cli, EmbedRefusesWeightsThatAreNotRegularFiles) {
   const auto fifo = scratch("cli_weights_fifo_" + std::to_string(::getpid()));
   ::unlink(fifo.c_str());
