@@ -11,26 +11,9 @@
 #include "test_util.h"
 #include "tokpos/composer.h"
 #include "tokpos/threading.h"
+#include "replaced_new.h"
 
-namespace {
-std::atomic<long> g_allocations{0};
-}
-
-// Replacing the global operator new/delete with malloc/free is the standard
-// way to count allocations; GCC's heuristic misreads the pair as mismatched.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-void* operator new(std::size_t n) {
-  ++g_allocations;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
+using tokpos::testing::g_allocations;
 
 namespace {
 

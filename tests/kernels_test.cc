@@ -30,6 +30,7 @@
 #include "test_util.h"
 #include "tokpos/dtype.h"
 #include "tokpos/threading.h"
+#include "replaced_new.h"
 
 namespace {
 
@@ -1100,26 +1101,8 @@ TEST(Kernels, Bf16RoundsToNearestEven) {
 
 // ---- The reference back end allocates before it writes -------------------------
 
-// An operator new that fails the n-th allocation on this thread once armed
-// (0: never), to run a kernel out of memory at each of its allocations.
-namespace {
-thread_local long t_fail_at = 0;  // the allocation to fail, counting from 1; 0: off
-thread_local long t_count = 0;
-}  // namespace
-
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc/free behind new/delete, as alloc_test
-
-void* operator new(std::size_t n) {
-  if (t_fail_at > 0 && ++t_count == t_fail_at) throw std::bad_alloc();
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
+using tokpos::testing::t_count;
+using tokpos::testing::t_fail_at;
 
 namespace {
 

@@ -24,6 +24,7 @@
 #include "tokpos/presets.h"
 #include "tokpos/safetensors.h"
 #include "expect_error.h"
+#include "replaced_new.h"
 
 namespace {
 
@@ -474,30 +475,12 @@ TEST(Safetensors, WriterRefusesAShapeWhoseCountOverflows) {
 
 // ---- Out of memory at each allocation -----------------------------------------
 
-// An operator new that fails the n-th allocation of at least t_min_bytes on
-// this thread once armed (0: never), to run a call out of memory at each of
-// its allocations in turn. nlohmann::json's destructor allocates (and
-// terminates on bad_alloc), so a sweep through a parsed header counts only
-// allocations larger than the header's.
-namespace {
-thread_local long t_fail_at = 0;  // the allocation to fail, counting from 1; 0: off
-thread_local long t_count = 0;
-thread_local std::size_t t_min_bytes = 0;
-}  // namespace
-
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc/free behind new/delete, as alloc_test
-
-void* operator new(std::size_t n) {
-  if (t_fail_at > 0 && n >= t_min_bytes && ++t_count == t_fail_at) throw std::bad_alloc();
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
+// nlohmann::json's destructor allocates (and terminates on bad_alloc), so a
+// sweep through a parsed header counts only allocations larger than the
+// header's (t_min_bytes, replaced_new.h).
+using tokpos::testing::t_count;
+using tokpos::testing::t_fail_at;
+using tokpos::testing::t_min_bytes;
 
 namespace {
 
