@@ -1,0 +1,241 @@
+// tokpos._core: the Python binding of the ops layer (tokpos/ops.h).
+//
+// Arrays arrive as nanobind ndarrays (DLPack or the buffer protocol, so numpy
+// arrays and torch CPU tensors alike) and go to the ops as DLTensors over the
+// same memory: nothing is copied, and the ops' own validation (dtype, shape,
+// strides, overlap, ids, positions) decides what is accepted. The GIL is
+// released while a kernel runs. The Python package (tokpos/__init__.py)
+// allocates results in the caller's framework and calls these functions.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "demo.h"
+#include "tokpos/error.h"
+#include "tokpos/ops.h"
+#include "tokpos/position_table.h"
+#include "tokpos/sinusoidal.h"
+#include "tokpos/threading.h"
+#include "tokpos/tokpos.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using InArray = nb::ndarray<nb::ro>;  // any dtype, any strides, read-only is fine
+using OutArray = nb::ndarray<>;       // must be writable
+
+// A DLTensor over an ndarray's memory. nanobind gives strides in elements
+// and data with the byte offset applied, as DLPack's DLTensor expects.
+struct Tensor {
+  DLTensor dl{};
+  int64_t shape[4]{};
+  int64_t strides[4]{};
+
+  template <typename A>
+  Tensor(const A& a, const char* name) {
+    if (a.ndim() > 4) {
+      throw tokpos::Error(tokpos::Status::kInvalidArgument,
+                          std::string(name) + " has " + std::to_string(a.ndim()) + " dimensions; at most 3 are used");
+    }
+    dl.data = const_cast<void*>(static_cast<const void*>(a.data()));
+    dl.device = {static_cast<DLDeviceType>(a.device_type()), static_cast<int32_t>(a.device_id())};
+    dl.ndim = static_cast<int32_t>(a.ndim());
+    const nb::dlpack::dtype t = a.dtype();
+    dl.dtype = {t.code, t.bits, t.lanes};
+    for (size_t i = 0; i < a.ndim(); ++i) {
+      shape[i] = static_cast<int64_t>(a.shape(i));
+      strides[i] = a.stride(i);
+    }
+    dl.shape = shape;
+    dl.strides = strides;
+  }
+  // dl points into this object: it is made in place, never copied or moved.
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+};
+
+// An optional argument's tensor, made in place in t.
+template <typename A>
+const DLTensor* maybe(std::optional<Tensor>& t, const std::optional<A>& a, const char* name) {
+  if (!a) return nullptr;
+  return &t.emplace(*a, name).dl;
+}
+
+tokpos::ops::LookupOptions lookup(const char* where, int64_t padding_idx = -1, int64_t unk_id = -1) {
+  tokpos::ops::LookupOptions o;
+  o.where = where;
+  o.padding_idx = padding_idx;
+  o.unk_id = unk_id;
+  return o;
+}
+
+// Every status becomes the Python exception a caller expects, with the
+// library's message: ids and positions out of range IndexError, file problems
+// OSError, memory MemoryError, a tokpos bug RuntimeError, the rest ValueError.
+void translate(const tokpos::Error& e) {
+  using tokpos::Status;
+  PyObject* type = PyExc_ValueError;
+  switch (e.status()) {
+    case Status::kIdOutOfRange:
+    case Status::kPositionOutOfRange: type = PyExc_IndexError; break;
+    case Status::kIoError:
+    case Status::kCorruptFile: type = PyExc_OSError; break;
+    case Status::kOutOfMemory: type = PyExc_MemoryError; break;
+    case Status::kInternal: type = PyExc_RuntimeError; break;
+    default: break;
+  }
+  PyErr_SetString(type, e.what());
+}
+
+void compose(const OutArray& out, const InArray& ids, const InArray& token_table,
+             const std::optional<InArray>& pos_table, const std::optional<InArray>& position_ids, int64_t start,
+             int64_t unk_id, const char* where) {
+  const Tensor o(out, "out"), i(ids, "ids"), tok(token_table, "token_table");
+  std::optional<Tensor> pos, pids;
+  const DLTensor* p = maybe(pos, pos_table, "pos_table");
+  const DLTensor* pi = maybe(pids, position_ids, "position_ids");
+  const std::string w = where;
+  nb::gil_scoped_release release;
+  tokpos::ops::compose_forward(o.dl, i.dl, tok.dl, p, pi, start, lookup(w.c_str(), -1, unk_id));
+}
+
+void compose_backward(const std::optional<OutArray>& d_token_table, const std::optional<OutArray>& d_pos_table,
+                      const InArray& d_out, const InArray& ids, const std::optional<InArray>& position_ids,
+                      int64_t start, int64_t padding_idx, int64_t unk_id, const char* where) {
+  std::optional<Tensor> dt, dp, pids;
+  const DLTensor* t = maybe(dt, d_token_table, "d_token_table");
+  const DLTensor* p = maybe(dp, d_pos_table, "d_pos_table");
+  const DLTensor* pi = maybe(pids, position_ids, "position_ids");
+  const Tensor g(d_out, "d_out"), i(ids, "ids");
+  const std::string w = where;
+  nb::gil_scoped_release release;
+  tokpos::ops::compose_backward(t, p, g.dl, i.dl, pi, start, lookup(w.c_str(), padding_idx, unk_id));
+}
+
+// The touched rows and their summed gradients (a sparse COO gradient's
+// indices and values). Returns the row count U; rows (U) int64 and values
+// (U, D) float32 are allocated by the caller from plan_rows' answer.
+struct Plan {
+  tokpos::ops::RowPlan plan;
+};
+
+Plan make_plan(const InArray& ids, int64_t vocab_size, int64_t padding_idx, const char* where) {
+  const Tensor i(ids, "ids");
+  const std::string w = where;
+  nb::gil_scoped_release release;
+  return Plan{tokpos::ops::RowPlan(i.dl, vocab_size, nullptr, 0, lookup(w.c_str(), padding_idx))};
+}
+
+void plan_touched_rows(const Plan& p, const OutArray& rows) {
+  const auto touched = p.plan.touched_rows();
+  if (rows.ndim() != 1 || rows.shape(0) != touched.size() || rows.dtype() != nb::dtype<int64_t>() ||
+      rows.stride(0) != 1) {
+    throw tokpos::Error(tokpos::Status::kInvalidArgument,
+                        "tokpos: rows must be a contiguous int64 array of " + std::to_string(touched.size()) +
+                            " elements");
+  }
+  auto* r = static_cast<int64_t*>(rows.data());
+  for (size_t k = 0; k < touched.size(); ++k) r[k] = touched[k];
+}
+
+void plan_gradient_rows(const Plan& p, const OutArray& values, const InArray& d_out) {
+  const Tensor v(values, "values"), g(d_out, "d_out");
+  nb::gil_scoped_release release;
+  tokpos::ops::token_gradient_rows(v.dl, g.dl, p.plan);
+}
+
+void sinusoidal_into(const OutArray& out, int64_t max_context, int64_t dim, double base, const std::string& layout,
+                     int64_t start, std::optional<int64_t> padding_idx, double min_timescale) {
+  const auto l = tokpos::parse_layout(layout);
+  if (!l) {
+    throw tokpos::Error(tokpos::Status::kInvalidArgument,
+                        "tokpos.sinusoidal_table: layout \"" + layout +
+                            "\" is not one of \"interleaved\", \"halves\", \"fairseq\", \"t2t\", \"ggml\"");
+  }
+  tokpos::DType dtype;
+  const nb::dlpack::dtype t = out.dtype();
+  if (t == nb::dtype<float>()) {
+    dtype = tokpos::DType::kF32;
+  } else if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) {
+    dtype = tokpos::DType::kBF16;
+  } else if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 16) {
+    dtype = tokpos::DType::kF16;
+  } else {
+    throw tokpos::Error(tokpos::Status::kInvalidArgument, "tokpos.sinusoidal_table: unsupported output dtype");
+  }
+  if (out.ndim() != 2 || static_cast<int64_t>(out.shape(0)) != max_context ||
+      static_cast<int64_t>(out.shape(1)) != dim || out.stride(1) != 1 || out.stride(0) != dim) {
+    throw tokpos::Error(tokpos::Status::kInvalidArgument,
+                        "tokpos.sinusoidal_table: out must be a contiguous (max_context, dim) array");
+  }
+  tokpos::TableOptions o;
+  o.layout = *l;
+  o.base = base;
+  o.min_timescale = min_timescale;
+  o.padding_idx = padding_idx;
+  nb::gil_scoped_release release;
+  tokpos::position_table(out.data(), dtype, max_context, dim, start, o);
+}
+
+std::string demo_report(const std::string& text, int64_t vocab_size, int64_t dim, int64_t max_context,
+                        uint64_t seed, double base, bool json) {
+  tokpos::app::DemoOptions o;
+  o.text = text;
+  o.vocab_size = vocab_size;
+  o.dim = dim;
+  o.max_context = max_context;
+  o.seed = seed;
+  o.base = base;
+  o.json = json;
+  std::ostringstream os;
+  {
+    nb::gil_scoped_release release;
+    tokpos::app::run_demo(o, os);
+  }
+  return os.str();
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "tokpos's compiled core: the ops layer over DLPack tensors (use the tokpos package, not this)";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const tokpos::Error& e) {
+      translate(e);
+    }
+  });
+
+  m.def("version", [] { return std::string(tokpos_version()); });
+  m.def("set_num_threads", &tokpos::set_num_threads, nb::arg("n"));
+  m.def("get_num_threads", &tokpos::num_threads);
+  m.def("pe_sinusoidal", [](int64_t pos, int64_t dim, int64_t hidden_dim) {
+    return tokpos::sinusoidal_value(pos, dim, hidden_dim);
+  }, nb::arg("pos"), nb::arg("dim"), nb::arg("hidden_dim"));
+
+  m.def("compose", &compose, nb::arg("out"), nb::arg("ids"), nb::arg("token_table"), nb::arg("pos_table").none(),
+        nb::arg("position_ids").none(), nb::arg("start"), nb::arg("unk_id"), nb::arg("where"));
+  m.def("compose_backward", &compose_backward, nb::arg("d_token_table").none(), nb::arg("d_pos_table").none(),
+        nb::arg("d_out"), nb::arg("ids"), nb::arg("position_ids").none(), nb::arg("start"), nb::arg("padding_idx"),
+        nb::arg("unk_id"), nb::arg("where"));
+  m.def("sinusoidal_into", &sinusoidal_into, nb::arg("out"), nb::arg("max_context"), nb::arg("dim"),
+        nb::arg("base"), nb::arg("layout"), nb::arg("start"), nb::arg("padding_idx").none(),
+        nb::arg("min_timescale"));
+
+  nb::class_<Plan>(m, "RowPlan")
+      .def_prop_ro("num_touched", [](const Plan& p) { return p.plan.touched_rows().size(); })
+      .def("touched_rows", &plan_touched_rows, nb::arg("rows"))
+      .def("gradient_rows", &plan_gradient_rows, nb::arg("values"), nb::arg("d_out"));
+  m.def("row_plan", &make_plan, nb::arg("ids"), nb::arg("vocab_size"), nb::arg("padding_idx"), nb::arg("where"));
+
+  m.def("demo_report", &demo_report, nb::arg("text"), nb::arg("vocab_size"), nb::arg("dim"),
+        nb::arg("max_context"), nb::arg("seed"), nb::arg("base"), nb::arg("json"));
+}

@@ -1,0 +1,182 @@
+"""tokpos: token and position embeddings, the input stage of a transformer.
+
+The functions here take numpy arrays or torch CPU tensors and never copy
+them: the compiled core (tokpos._core) reads and writes the caller's memory
+through DLPack or the buffer protocol, with the GIL released while a kernel
+runs. Results come back in the caller's framework: numpy in, numpy out;
+torch in, torch out. An array whose innermost stride is not 1 raises
+ValueError naming the argument (it is never copied silently).
+
+Errors carry the library's message, naming (b, t), the value and the limit:
+an id or position out of range raises IndexError, a bad shape, dtype or
+value ValueError, a file problem OSError.
+
+tokpos.torch (imported on demand, so torch stays optional) has the lesson's
+modules as torch.nn.Modules, with autograd and torch.compile support.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+
+from . import _core
+
+__version__ = _core.version()
+
+__all__ = [
+    "__version__",
+    "compose",
+    "compose_backward",
+    "get_num_threads",
+    "pe_sinusoidal",
+    "set_num_threads",
+    "sinusoidal_table",
+]
+
+LAYOUTS = ("interleaved", "halves", "fairseq", "t2t", "ggml")
+DTYPES = ("float32", "float16", "bfloat16")
+FRAMEWORKS = ("numpy", "torch")
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+def _count(name: str, value, minimum: int) -> int:
+    """An integer argument >= minimum, or ValueError naming it and the limit."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    value = operator.index(value)
+    if value < minimum:
+        raise ValueError(f"{name} = {value} must be >= {minimum}")
+    return value
+
+
+def _choice(name: str, value, allowed) -> str:
+    if value not in allowed:
+        raise ValueError(f"{name} = {value!r} is not one of {', '.join(repr(a) for a in allowed)}")
+    return value
+
+
+def _array(x, name: str):
+    """x as something the core reads without a copy: numpy arrays and torch
+    tensors pass through (a tensor that requires grad is detached, which
+    shares its memory); Python sequences of numbers become new arrays."""
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    if _is_torch(x):
+        return x.detach() if x.requires_grad else x
+    if isinstance(x, (list, tuple)) or isinstance(x, numbers.Number):
+        return np.asarray(x, dtype=np.int64)
+    if hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__"):
+        return x
+    raise ValueError(f"{name} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
+
+
+def set_num_threads(n: int) -> None:
+    """n >= 1: kernels use n threads; 0 or less: every core. Results never
+    depend on the count (every kernel is bitwise identical for any count)."""
+    _core.set_num_threads(operator.index(n))
+
+
+def get_num_threads() -> int:
+    """The thread count the next kernel call uses (>= 1)."""
+    return _core.get_num_threads()
+
+
+def pe_sinusoidal(pos: int, dim: int, hidden_dim: int) -> float:
+    """The C lab's pe(pos, dim, hidden_dim): sin(angle) for even dim, cos for
+    odd, angle = pos / 10000^(2*(dim//2)/hidden_dim), correctly rounded to
+    float32 and returned as a Python float."""
+    return _core.pe_sinusoidal(operator.index(pos), operator.index(dim), operator.index(hidden_dim))
+
+
+def _empty(shape, dtype: str, framework: str):
+    if framework == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype))
+    return np.empty(shape, dtype=np.dtype(dtype))
+
+
+def sinusoidal_table(
+    max_context: int,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    start: int = 0,
+    dtype: str = "float32",
+    padding_idx: int | None = None,
+    min_timescale: float = 1.0,
+    framework: str = "numpy",
+):
+    """The exact sinusoidal position table (max_context, dim): row r encodes
+    position start + r, every entry the exact value rounded to nearest-even in
+    dtype. layout is one of "interleaved" (the lessons' sin, cos, sin, ...),
+    "halves" (Marian), "fairseq", "t2t" (tensor2tensor) or "ggml";
+    docs/layouts.md gives each one's formula. padding_idx (fairseq only)
+    zeroes that row; min_timescale is tensor2tensor's."""
+    max_context = _count("max_context", max_context, 1)
+    dim = _count("dim", dim, 1)
+    start = _count("start", start, 0)
+    _choice("layout", layout, LAYOUTS)
+    _choice("dtype", dtype, DTYPES)
+    _choice("framework", framework, FRAMEWORKS)
+    if framework == "numpy" and dtype == "bfloat16":
+        raise ValueError('numpy has no bfloat16: use framework="torch" for a bfloat16 table')
+    if padding_idx is not None:
+        padding_idx = operator.index(padding_idx)
+    out = _empty((max_context, dim), dtype, framework)
+    _core.sinusoidal_into(out, max_context, dim, float(base), layout, start, padding_idx, float(min_timescale))
+    return out
+
+
+def _framework(*arrays) -> str:
+    return "torch" if any(_is_torch(a) for a in arrays if a is not None) else "numpy"
+
+
+def _dtype_name(x) -> str:
+    name = str(x.dtype)
+    return name[len("torch."):] if name.startswith("torch.") else name
+
+
+def compose(ids, token_table, pos_table=None, *, position_ids=None, start: int = 0, out=None):
+    """out[b, t] = token_table[ids[b, t]] + pos_table[position], summed in
+    float32 and rounded once to out's dtype. position is position_ids[b, t]
+    when given, else start + t. ids (B, T) gives (B, T, D); ids (N) gives
+    (N, D). pos_table None: token rows only. out (optional) is written in
+    place and returned; otherwise a new array of token_table's dtype, in the
+    caller's framework, is returned."""
+    ids = _array(ids, "ids")
+    token_table = _array(token_table, "token_table")
+    pos_table = _array(pos_table, "pos_table")
+    position_ids = _array(position_ids, "position_ids")
+    start = _count("start", start, 0)
+    if out is None:
+        dim = token_table.shape[1] if len(token_table.shape) == 2 else 0
+        framework = _framework(ids, token_table, pos_table, position_ids)
+        out = _empty(tuple(ids.shape) + (dim,), _dtype_name(token_table), framework)
+    else:
+        out = _array(out, "out")
+    _core.compose(out, ids, token_table, pos_table, position_ids, start, -1, "tokpos.compose")
+    return out
+
+
+def compose_backward(d_out, ids, *, d_token_table=None, d_pos_table=None, position_ids=None, start: int = 0):
+    """Adds the gradient of compose into d_token_table (V, D) and d_pos_table
+    (L, D), in place; either may be None. Only the rows that appear change,
+    and the order of the additions is fixed: the result is bitwise identical
+    for any thread count. float32 gradients."""
+    d_out = _array(d_out, "d_out")
+    ids = _array(ids, "ids")
+    position_ids = _array(position_ids, "position_ids")
+    d_token_table = _array(d_token_table, "d_token_table")
+    d_pos_table = _array(d_pos_table, "d_pos_table")
+    start = _count("start", start, 0)
+    _core.compose_backward(
+        d_token_table, d_pos_table, d_out, ids, position_ids, start, -1, -1, "tokpos.compose_backward"
+    )
