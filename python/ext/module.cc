@@ -20,6 +20,7 @@
 #include "tokpos/error.h"
 #include "tokpos/ops.h"
 #include "tokpos/position_table.h"
+#include "tokpos/random.h"
 #include "tokpos/sinusoidal.h"
 #include "tokpos/threading.h"
 #include "tokpos/tokpos.h"
@@ -184,6 +185,25 @@ void sinusoidal_into(const OutArray& out, int64_t max_context, int64_t dim, doub
   tokpos::position_table(out.data(), dtype, max_context, dim, start, o);
 }
 
+// out (any shape, contiguous float32) = N(mean, std^2) from the documented
+// Philox stream (tokpos/random.h): the same table the C++ modules draw.
+void fill_normal(const OutArray& out, uint64_t seed, uint64_t stream, double mean, double std) {
+  if (out.dtype() != nb::dtype<float>()) {
+    throw tokpos::Error(tokpos::Status::kInvalidArgument, "tokpos: fill_normal needs a float32 array");
+  }
+  int64_t expected = 1;
+  for (size_t i = out.ndim(); i-- > 0;) {
+    if (out.shape(i) > 1 && out.stride(i) != expected) {
+      throw tokpos::Error(tokpos::Status::kInvalidArgument, "tokpos: fill_normal needs a contiguous array");
+    }
+    expected *= static_cast<int64_t>(out.shape(i));
+  }
+  float* data = static_cast<float*>(out.data());
+  const size_t n = out.size();
+  nb::gil_scoped_release release;
+  tokpos::fill_normal(std::span<float>(data, n), seed, stream, mean, std);
+}
+
 std::string demo_report(const std::string& text, int64_t vocab_size, int64_t dim, int64_t max_context,
                         uint64_t seed, double base, bool json) {
   tokpos::app::DemoOptions o;
@@ -235,6 +255,11 @@ NB_MODULE(_core, m) {
       .def("touched_rows", &plan_touched_rows, nb::arg("rows"))
       .def("gradient_rows", &plan_gradient_rows, nb::arg("values"), nb::arg("d_out"));
   m.def("row_plan", &make_plan, nb::arg("ids"), nb::arg("vocab_size"), nb::arg("padding_idx"), nb::arg("where"));
+
+  m.def("fill_normal", &fill_normal, nb::arg("out"), nb::arg("seed"), nb::arg("stream"), nb::arg("mean"),
+        nb::arg("std"));
+  m.attr("TOKEN_TABLE_STREAM") = tokpos::kTokenTableStream;
+  m.attr("POSITION_TABLE_STREAM") = tokpos::kPositionTableStream;
 
   m.def("demo_report", &demo_report, nb::arg("text"), nb::arg("vocab_size"), nb::arg("dim"),
         nb::arg("max_context"), nb::arg("seed"), nb::arg("base"), nb::arg("json"));
