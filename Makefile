@@ -7,7 +7,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= ON
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo bench bench-deps clean install golden conformance check-sanitize fuzz
+.PHONY: all deps configure build test test-python python demo bench bench-deps clean install golden conformance check-sanitize fuzz
 
 all: build
 
@@ -20,9 +20,19 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# Every test: the C++, C and CLI suites through ctest, then the Python suite.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@grep -h "conformance: SKIPPED" $(BUILD)/Testing/Temporary/LastTest.log 2>/dev/null || true
+	@$(MAKE) --no-print-directory test-python
+
+# The Python package, built as `pip install .` builds it, into $(BUILD)/venv.
+python: deps
+	@tools/python-env.sh $(BUILD)
+
+# pytest over tests/python; -rs prints why a test was skipped (torch missing).
+test-python: python
+	TOKPOS_CLI=$(abspath $(BUILD))/bin/tokpos $(BUILD)/venv/bin/python -m pytest -q -rs -p no:cacheprovider tests/python
 
 demo: build
 	$(BUILD)/bin/tokpos demo

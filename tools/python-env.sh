@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the tokpos Python package into a virtual environment under the build
+# directory, the way `pip install .` does, and leaves it ready for pytest.
+# Usage: tools/python-env.sh BUILD_DIR
+#   BUILD_DIR/venv          the environment (it sees the system's site-packages,
+#                           so a torch installed there is used, never re-downloaded)
+#   BUILD_DIR/python-wheel  scikit-build-core's build tree, kept so rebuilds are incremental
+# From PyPI when missing: scikit-build-core and nanobind (the build), numpy (the
+# package), pytest (the suite). torch is optional: its tests skip without it.
+set -euo pipefail
+build=${1:?usage: tools/python-env.sh BUILD_DIR}
+root=$(cd "$(dirname "$0")/.." && pwd)
+py=${PYTHON:-python3}
+
+if ! command -v "$py" >/dev/null 2>&1; then
+  echo "tokpos: the Python package needs python3 (3.10 or newer); install it (Debian: python3 python3-venv python3-dev)" >&2
+  exit 1
+fi
+if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+  echo "tokpos: the Python package needs Python 3.10 or newer; $py is $("$py" -V 2>&1)" >&2
+  exit 1
+fi
+venv=$build/venv
+if [ ! -x "$venv/bin/python" ]; then
+  mkdir -p "$build"
+  if ! "$py" -m venv --system-site-packages "$venv"; then
+    rm -rf "$venv"
+    echo "tokpos: '$py -m venv' failed; install the venv module (Debian: python3-venv)" >&2
+    exit 1
+  fi
+fi
+need=()
+"$venv/bin/python" -c 'import scikit_build_core' 2>/dev/null || need+=(scikit-build-core)
+"$venv/bin/python" -c 'import nanobind' 2>/dev/null || need+=(nanobind)
+"$venv/bin/python" -c 'import numpy' 2>/dev/null || need+=(numpy)
+"$venv/bin/python" -c 'import pytest' 2>/dev/null || need+=(pytest)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "tokpos: installing into $venv with pip: ${need[*]}" >&2
+  "$venv/bin/python" -m pip install -q "${need[@]}"
+fi
+echo "tokpos: building the Python package into $venv (pip install .)" >&2
+"$venv/bin/python" -m pip install -q --no-build-isolation --no-deps \
+  -C build-dir="$build/python-wheel" "$root"
