@@ -1,0 +1,538 @@
+"""tokpos.torch: the lesson's embedding modules as torch.nn.Modules.
+
+    TokenEmbedding                 (V, D) token table, ids -> (B, T, D)
+    LearnedPositionalEmbedding     (L, D) trained position table
+    SinusoidalPositionalEmbedding  (L, D) fixed table, a buffer (no parameters)
+    EmbeddingComposer              token rows + position rows in one fused kernel
+
+Every forward runs tokpos's compiled kernels on the tensors' own memory (no
+copies). Autograd goes through custom operators in the "tokpos" namespace
+(torch.ops.tokpos.compose, .compose_backward, .token_grad_rows), registered
+with torch.library.custom_op, so the modules work under autograd and under
+torch.compile(fullgraph=True), and each op passes torch.library.opcheck.
+
+Gradients are accumulated in float32 in a fixed order: each table row sums
+its contributions in increasing (b, t) order, bitwise identical for any
+thread count (tokpos.set_num_threads) and equal to torch.nn.Embedding's
+where torch sums in the same order. A table of another dtype (bfloat16,
+float16) gets its gradient computed in float32 and rounded once.
+
+When no gradient is needed (grad mode off, or no table requires grad) and
+the call is not being compiled, forward calls the kernel directly, skipping
+the operator dispatch: the decode step of a generation loop costs one kernel
+call plus an output allocation.
+
+Only CPU tensors are supported; ids are int32 or int64, tables float32,
+bfloat16 or float16.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from . import _core, sinusoidal_table
+
+__all__ = [
+    "EmbeddingComposer",
+    "LearnedPositionalEmbedding",
+    "SinusoidalPositionalEmbedding",
+    "TokenEmbedding",
+]
+
+_F32 = torch.float32
+
+
+def _plain(t: Optional[Tensor]) -> Optional[Tensor]:
+    """t as the kernels read it: detached (DLPack refuses tensors that
+    require grad; detach shares the memory) and with innermost stride 1
+    (copied only when it is not)."""
+    if t is None:
+        return None
+    if t.requires_grad:
+        t = t.detach()
+    if t.dim() > 0 and t.stride(-1) != 1 and t.numel() > 0:
+        t = t.contiguous()
+    return t
+
+
+def _view(t: Tensor):
+    """t as a numpy view (no copy) for the inference fast path; bfloat16,
+    which numpy lacks, stays a tensor (read through DLPack)."""
+    if t.requires_grad:
+        t = t.detach()
+    return t if t.dtype is torch.bfloat16 else t.numpy()
+
+
+def _out_shape(ids: Tensor, table: Tensor) -> list:
+    return [*ids.shape, table.shape[1]]
+
+
+def _compose_into(
+    out: Tensor,
+    ids: Tensor,
+    token_table: Tensor,
+    pos_table: Optional[Tensor],
+    position_ids: Optional[Tensor],
+    start: int,
+    where: str,
+) -> Tensor:
+    _core.compose(
+        out, _plain(ids), _plain(token_table), _plain(pos_table), _plain(position_ids), start, -1, where
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Custom operators.
+#
+# tokpos::compose carries padding_idx and sparse only for its backward (they
+# do not change the forward's result). tokpos::compose_backward returns both
+# table gradients from one kernel call; a size of 0 means "not wanted" and
+# gives a (0, D) tensor in that slot.
+
+
+@torch.library.custom_op("tokpos::compose", mutates_args=(), device_types="cpu")
+def _compose_op(
+    ids: Tensor,
+    token_table: Tensor,
+    pos_table: Optional[Tensor],
+    position_ids: Optional[Tensor],
+    start: int,
+    padding_idx: int,
+    sparse: bool,
+) -> Tensor:
+    """out = token_table[ids] + pos_table[position] (position_ids, or
+    start + t), summed in float32 and rounded once to token_table's dtype."""
+    out = torch.empty(_out_shape(ids, token_table), dtype=token_table.dtype)
+    return _compose_into(out, ids, token_table, pos_table, position_ids, start, "tokpos::compose")
+
+
+@_compose_op.register_fake
+def _compose_fake(ids, token_table, pos_table, position_ids, start, padding_idx, sparse):
+    torch._check(token_table.dim() == 2, lambda: "tokpos::compose: token_table must be 2-D")
+    torch._check(ids.dim() in (1, 2), lambda: "tokpos::compose: ids must be 1-D or 2-D")
+    return token_table.new_empty(_out_shape(ids, token_table))
+
+
+@torch.library.custom_op("tokpos::compose_backward", mutates_args=(), device_types="cpu")
+def _compose_backward_op(
+    d_out: Tensor,
+    ids: Tensor,
+    position_ids: Optional[Tensor],
+    start: int,
+    vocab_size: int,
+    pos_rows: int,
+    padding_idx: int,
+) -> tuple[Tensor, Tensor]:
+    """The float32 gradients of tokpos::compose: d_token_table (vocab_size, D)
+    and d_pos_table (pos_rows, D), each summed per row in increasing (b, t)
+    order. vocab_size or pos_rows 0: that gradient is not computed (a (0, D)
+    tensor). padding_idx >= 0: that token row gets no gradient."""
+    dim = d_out.shape[-1]
+    d_tok = torch.zeros((vocab_size, dim), dtype=_F32)
+    d_pos = torch.zeros((pos_rows, dim), dtype=_F32)
+    if vocab_size or pos_rows:
+        _core.compose_backward(
+            d_tok if vocab_size else None,
+            d_pos if pos_rows else None,
+            _plain(d_out.to(_F32)),
+            _plain(ids),
+            _plain(position_ids),
+            start,
+            padding_idx,
+            -1,
+            "tokpos::compose_backward",
+        )
+    return d_tok, d_pos
+
+
+@_compose_backward_op.register_fake
+def _compose_backward_fake(d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx):
+    dim = d_out.shape[-1]
+    return d_out.new_empty((vocab_size, dim), dtype=_F32), d_out.new_empty((pos_rows, dim), dtype=_F32)
+
+
+@torch.library.custom_op("tokpos::token_grad_rows", mutates_args=(), device_types="cpu")
+def _token_grad_rows_op(d_out: Tensor, ids: Tensor, vocab_size: int, padding_idx: int) -> tuple[Tensor, Tensor]:
+    """The token gradient as a sparse matrix: rows (U,) int64, the touched
+    rows sorted and unique (padding_idx left out), and values (U, D)
+    float32, the same bits the dense backward adds to a zeroed table."""
+    plan = _core.row_plan(_plain(ids), vocab_size, padding_idx, "tokpos::token_grad_rows")
+    rows = torch.empty((plan.num_touched,), dtype=torch.int64)
+    values = torch.empty((plan.num_touched, d_out.shape[-1]), dtype=_F32)
+    plan.touched_rows(rows)
+    plan.gradient_rows(values, _plain(d_out.to(_F32)))
+    return rows, values
+
+
+@_token_grad_rows_op.register_fake
+def _token_grad_rows_fake(d_out, ids, vocab_size, padding_idx):
+    touched = torch.library.get_ctx().new_dynamic_size()
+    return (
+        d_out.new_empty((touched,), dtype=torch.int64),
+        d_out.new_empty((touched, d_out.shape[-1]), dtype=_F32),
+    )
+
+
+def _compose_setup_context(ctx, inputs, output):
+    ids, token_table, pos_table, position_ids, start, padding_idx, sparse = inputs
+    ctx.save_for_backward(ids, position_ids)
+    ctx.start = start
+    ctx.padding_idx = padding_idx
+    ctx.sparse = sparse
+    ctx.vocab_size = token_table.shape[0]
+    ctx.token_dtype = token_table.dtype
+    ctx.pos_rows = pos_table.shape[0] if pos_table is not None else 0
+    ctx.pos_dtype = pos_table.dtype if pos_table is not None else None
+
+
+def _compose_backward(ctx, d_out):
+    ids, position_ids = ctx.saved_tensors
+    want_tok = ctx.needs_input_grad[1]
+    want_pos = ctx.needs_input_grad[2]
+    d_tok = d_pos = None
+    if want_tok and ctx.sparse:
+        rows, values = _token_grad_rows_op(d_out, ids, ctx.vocab_size, ctx.padding_idx)
+        d_tok = torch.sparse_coo_tensor(
+            rows.unsqueeze(0),
+            values.to(ctx.token_dtype),
+            (ctx.vocab_size, d_out.shape[-1]),
+            is_coalesced=True,
+            check_invariants=False,
+        )
+        want_tok = False
+    if want_tok or want_pos:
+        g_tok, g_pos = _compose_backward_op(
+            d_out,
+            ids,
+            position_ids,
+            ctx.start,
+            ctx.vocab_size if want_tok else 0,
+            ctx.pos_rows if want_pos else 0,
+            ctx.padding_idx,
+        )
+        if want_tok:
+            d_tok = g_tok.to(ctx.token_dtype)
+        if want_pos:
+            d_pos = g_pos.to(ctx.pos_dtype)
+    return None, d_tok, d_pos, None, None, None, None
+
+
+_compose_op.register_autograd(_compose_backward, setup_context=_compose_setup_context)
+
+
+# ---------------------------------------------------------------------------
+# Module helpers.
+
+
+def _needs_grad(token_table: Tensor, pos_table: Optional[Tensor]) -> bool:
+    return torch.is_grad_enabled() and (
+        token_table.requires_grad or (pos_table is not None and pos_table.requires_grad)
+    )
+
+
+def _compose(
+    ids: Tensor,
+    token_table: Tensor,
+    pos_table: Optional[Tensor],
+    position_ids: Optional[Tensor],
+    start: int,
+    padding_idx: int,
+    sparse: bool,
+    where: str,
+) -> Tensor:
+    """The modules' one entry point: the custom op when autograd or the
+    compiler needs it, else the kernel directly (the inference fast path)."""
+    if torch.compiler.is_compiling() or _needs_grad(token_table, pos_table):
+        return _compose_op(ids, token_table, pos_table, position_ids, start, padding_idx, sparse)
+    out = torch.empty(_out_shape(ids, token_table), dtype=token_table.dtype)
+    try:
+        # numpy views cross into the core faster than DLPack capsules.
+        _core.compose(
+            out.numpy() if out.dtype is not torch.bfloat16 else out,
+            _view(ids),
+            _view(token_table),
+            None if pos_table is None else _view(pos_table),
+            None if position_ids is None else _view(position_ids),
+            start,
+            -1,
+            where,
+        )
+    except (TypeError, ValueError):
+        # Not a CPU tensor, an innermost stride other than 1 (ids may be any
+        # view, as torch.nn.Embedding allows), or a real error: the checked
+        # path copies what needs it and lets the core name the problem.
+        _compose_into(out, ids, token_table, pos_table, position_ids, start, where)
+    return out
+
+
+def _position_error(where: str, limit: int, position_ids: Optional[Tensor], start: int, T: int) -> Optional[str]:
+    """The message for the first position at or past limit, in (b, t) order,
+    or None if every position is below it."""
+    if position_ids is None:
+        if start + T <= limit:
+            return None
+        t = max(0, limit - start)
+        b, pos = 0, start + t
+    else:
+        p = position_ids.detach().reshape(-1, position_ids.shape[-1]) if position_ids.dim() else position_ids
+        bad = (p >= limit).nonzero()
+        if bad.numel() == 0:
+            return None
+        b, t = (int(v) for v in bad[0])
+        pos = int(p[b, t])
+        if position_ids.dim() == 1:
+            b = 0
+    return f"{where}: position {pos} at (b={b}, t={t}) is at or past max_context_length {limit}"
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} = {value} must be >= {minimum}")
+    return value
+
+
+def _draw(rows: int, dim: int, seed: int, stream: int, init_std: float) -> Tensor:
+    t = torch.empty((rows, dim), dtype=_F32)
+    _core.fill_normal(t, seed, stream, 0.0, float(init_std))
+    return t
+
+
+# ---------------------------------------------------------------------------
+# Modules.
+
+
+class TokenEmbedding(nn.Module):
+    """The (V, D) token table: forward(ids) gives table[ids], (B, T) ids to
+    (B, T, D), (N) ids to (N, D).
+
+    weight is drawn from N(0, init_std^2) by tokpos's documented Philox
+    generator (stream TOKEN_TABLE_STREAM): the same seed gives the same
+    table as the C++ tokpos::TokenEmbedding. padding_idx (as in
+    torch.nn.Embedding; negative counts from the end) zeroes that row at
+    init, and the row never receives a gradient. sparse=True makes the
+    weight's gradient a sparse COO tensor holding only the touched rows
+    (torch.nn.Embedding's sparse=True; not supported under torch.compile).
+    An id outside [0, V) raises IndexError naming the id, its (b, t) and V.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int,
+        *,
+        padding_idx: Optional[int] = None,
+        seed: int = 0,
+        init_std: float = 0.02,
+        sparse: bool = False,
+    ) -> None:
+        super().__init__()
+        vocab_size = _check_int("vocab_size", vocab_size, 1)
+        dim = _check_int("dim", dim, 1)
+        self.seed = _check_int("seed", seed, 0)
+        self.init_std = float(init_std)
+        self._setup(vocab_size, dim, padding_idx, sparse)
+        self.weight = nn.Parameter(torch.empty((vocab_size, dim), dtype=_F32))
+        self.reset_parameters()
+
+    def _setup(self, vocab_size: int, dim: int, padding_idx: Optional[int], sparse: bool) -> None:
+        self.vocab_size = vocab_size
+        self.dim = dim
+        if padding_idx is not None:
+            padding_idx = operator.index(padding_idx)
+            if not -vocab_size <= padding_idx < vocab_size:
+                raise ValueError(f"padding_idx {padding_idx} is outside [-{vocab_size}, {vocab_size})")
+            if padding_idx < 0:
+                padding_idx += vocab_size
+        self.padding_idx = padding_idx
+        self.sparse = bool(sparse)
+
+    def reset_parameters(self) -> None:
+        """Redraws weight from (seed, TOKEN_TABLE_STREAM) and zeroes the padding row."""
+        with torch.no_grad():
+            table = _draw(self.vocab_size, self.dim, self.seed, _core.TOKEN_TABLE_STREAM, self.init_std)
+            if self.padding_idx is not None:
+                table[self.padding_idx].zero_()
+            self.weight.copy_(table)
+
+    @classmethod
+    def from_pretrained(
+        cls, weight: Tensor, freeze: bool = False, padding_idx: Optional[int] = None, sparse: bool = False
+    ) -> "TokenEmbedding":
+        """A module over an existing (V, D) table, sharing its memory
+        (module.weight.data_ptr() == weight.data_ptr()). As in PyTorch, the
+        padding row is kept as given but never receives a gradient; freeze
+        makes the weight not require grad."""
+        if not isinstance(weight, Tensor) or weight.dim() != 2:
+            raise ValueError("from_pretrained needs a 2-D (vocab_size, dim) tensor")
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
+        module.seed = 0
+        module.init_std = 0.0
+        module._setup(weight.shape[0], weight.shape[1], padding_idx, sparse)
+        module.weight = nn.Parameter(weight, requires_grad=not freeze)
+        return module
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """ids (B, T) -> (B, T, D); ids (N) -> (N, D)."""
+        pad = -1 if self.padding_idx is None else self.padding_idx
+        return _compose(ids, self.weight, None, None, 0, pad, self.sparse, "tokpos.torch.TokenEmbedding")
+
+    def extra_repr(self) -> str:
+        s = f"{self.vocab_size}, {self.dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        if self.sparse:
+            s += ", sparse=True"
+        return s
+
+
+class _PositionalEmbedding(nn.Module):
+    """Shared forward of the position tables (weight is the (L, D) table:
+    a parameter or a buffer)."""
+
+    max_context_length: int
+    dim: int
+    weight: Tensor
+
+    def forward(self, positions, *, start: int = 0) -> Tensor:
+        """positions an int T: rows start .. start+T-1, (T, D). positions a
+        (B, T) (or (N)) integer tensor: table[positions], (B, T, D). A
+        position at or past max_context_length raises IndexError naming the
+        position, its (b, t) and the limit."""
+        where = f"tokpos.torch.{type(self).__name__}"
+        L = self.max_context_length
+        if isinstance(positions, Tensor):
+            if torch.compiler.is_compiling():
+                return _compose(positions, self.weight, None, None, 0, -1, False, where)
+            try:
+                return _compose(positions, self.weight, None, None, 0, -1, False, where)
+            except IndexError:
+                if positions.dtype in (torch.int32, torch.int64) and positions.dim() in (1, 2):
+                    message = _position_error(where, L, positions, 0, positions.shape[-1])
+                    if message is not None:
+                        raise IndexError(message) from None
+                raise
+        T = _check_int("seq_len", positions, 0)
+        start = _check_int("start", start, 0)
+        if not torch.compiler.is_compiling():
+            message = _position_error(where, L, None, start, T)
+            if message is not None:
+                raise IndexError(message)
+        return self.weight[start : start + T].clone()
+
+    def extra_repr(self) -> str:
+        return f"{self.max_context_length}, {self.dim}"
+
+
+class LearnedPositionalEmbedding(_PositionalEmbedding):
+    """A trained (max_context_length, D) position table (GPT-2's wpe).
+
+    weight is drawn from N(0, init_std^2) by tokpos's documented Philox
+    generator (stream POSITION_TABLE_STREAM): the same seed gives the same
+    table as the C++ tokpos::LearnedPositionalEmbedding."""
+
+    def __init__(self, max_context_length: int, dim: int, *, seed: int = 0, init_std: float = 0.02) -> None:
+        super().__init__()
+        self.max_context_length = _check_int("max_context_length", max_context_length, 1)
+        self.dim = _check_int("dim", dim, 1)
+        self.seed = _check_int("seed", seed, 0)
+        self.init_std = float(init_std)
+        self.weight = nn.Parameter(torch.empty((self.max_context_length, self.dim), dtype=_F32))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Redraws weight from (seed, POSITION_TABLE_STREAM)."""
+        with torch.no_grad():
+            self.weight.copy_(
+                _draw(self.max_context_length, self.dim, self.seed, _core.POSITION_TABLE_STREAM, self.init_std)
+            )
+
+
+class SinusoidalPositionalEmbedding(_PositionalEmbedding):
+    """The fixed sinusoidal table (max_context_length, D): for "interleaved"
+    (the lesson's), entry (p, i) is sin(angle) for even i and cos(angle) for
+    odd i, angle = p / base^(2*(i//2)/D), each the exact value rounded to
+    float32 (tokpos.sinusoidal_table; other layouts as documented there).
+
+    The table is a non-persistent buffer (recomputed, not saved in
+    state_dict): the module has no parameters and gets no gradient."""
+
+    def __init__(
+        self, max_context_length: int, dim: int, *, base: float = 10000.0, layout: str = "interleaved"
+    ) -> None:
+        super().__init__()
+        self.max_context_length = _check_int("max_context_length", max_context_length, 1)
+        self.dim = _check_int("dim", dim, 1)
+        self.base = float(base)
+        self.layout = layout
+        table = sinusoidal_table(
+            self.max_context_length, self.dim, base=self.base, layout=layout, framework="torch"
+        )
+        self.register_buffer("weight", table, persistent=False)
+
+    def extra_repr(self) -> str:
+        return f"{self.max_context_length}, {self.dim}, base={self.base}, layout={self.layout!r}"
+
+
+class EmbeddingComposer(nn.Module):
+    """The input stage: composer(ids) = token rows + position rows, (B, T, D),
+    computed by one fused kernel (each element summed in float32, rounded
+    once to the token table's dtype).
+
+    Positions are start + t (0 .. T-1 by default, the same for every row of
+    the batch), or position_ids (B, T) for padded or packed batches. The
+    composer's parameters are its two modules' (token, then position)."""
+
+    def __init__(self, token_embedding: TokenEmbedding, positional_embedding: _PositionalEmbedding) -> None:
+        super().__init__()
+        if not isinstance(token_embedding, TokenEmbedding):
+            raise ValueError("token_embedding must be a tokpos.torch.TokenEmbedding")
+        if not isinstance(positional_embedding, _PositionalEmbedding):
+            raise ValueError(
+                "positional_embedding must be a tokpos.torch LearnedPositionalEmbedding "
+                "or SinusoidalPositionalEmbedding"
+            )
+        if token_embedding.dim != positional_embedding.dim:
+            raise ValueError(
+                f"token_embedding has dim {token_embedding.dim} but positional_embedding has dim "
+                f"{positional_embedding.dim}"
+            )
+        self.token = token_embedding
+        self.position = positional_embedding
+
+    def forward(self, ids: Tensor, *, position_ids: Optional[Tensor] = None, start: int = 0) -> Tensor:
+        """ids (B, T) (or (N)) -> (B, T, D) (or (N, D))."""
+        where = "tokpos.torch.EmbeddingComposer"
+        tok, pos = self.token, self.position
+        pad = -1 if tok.padding_idx is None else tok.padding_idx
+        if torch.compiler.is_compiling():
+            return _compose(ids, tok.weight, pos.weight, position_ids, start, pad, tok.sparse, where)
+        start = _check_int("start", start, 0)
+        T = ids.shape[-1] if ids.dim() else 0
+        if position_ids is None:
+            message = _position_error(where, pos.max_context_length, None, start, T)
+            if message is not None:
+                raise IndexError(message)
+        try:
+            return _compose(ids, tok.weight, pos.weight, position_ids, start, pad, tok.sparse, where)
+        except IndexError:
+            if (
+                position_ids is not None
+                and position_ids.dtype in (torch.int32, torch.int64)
+                and position_ids.dim() in (1, 2)
+            ):
+                message = _position_error(where, pos.max_context_length, position_ids, 0, T)
+                if message is not None:
+                    raise IndexError(message) from None
+            raise
