@@ -7,7 +7,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= ON
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-python python demo bench bench-deps clean install golden conformance check-sanitize fuzz
+.PHONY: all deps configure build test test-python test-browser python demo bench bench-deps clean install golden conformance check-sanitize fuzz
 
 all: build
 
@@ -33,6 +33,14 @@ python: deps
 # pytest over tests/python; -rs prints why a test was skipped (torch missing).
 test-python: python
 	TOKPOS_CLI=$(abspath $(BUILD))/bin/tokpos $(BUILD)/venv/bin/python -m pytest -q -rs -p no:cacheprovider tests/python
+
+# The page of `tokpos serve` in headless Chromium (tests/browser/test_page.py):
+# chips, the D -> D/2 exercise, tooltips, labels, the error area, a clean
+# console. Prints the page's update times; screenshots go to $(BUILD)/browser.
+# Debian's python3 runs it, since python3-selenium is a Debian package.
+test-browser: build
+	@tools/ensure-deps.sh chromium chromium-driver python3-selenium
+	TOKPOS_CLI=$${TOKPOS_CLI:-$(abspath $(BUILD))/bin/tokpos} /usr/bin/python3 tests/browser/test_page.py --out $(BUILD)/browser
 
 demo: build
 	$(BUILD)/bin/tokpos demo

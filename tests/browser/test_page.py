@@ -1,0 +1,361 @@
+#!/usr/bin/python3
+"""The page of `tokpos serve` in headless Chromium, driven through Selenium.
+
+Starts `tokpos serve --port 0` (the binary in $TOKPOS_CLI, else
+build/bin/tokpos), opens the page and checks that
+  - typing "Hi" shows the byte-token ids 76 and 109 as chips,
+  - moving D from 64 to 32 with the keyboard halves the sin/cos pairs shown
+    (32 -> 16) and the D/2 panel follows (16 -> 8),
+  - hovering a heatmap cell shows its row, column and value,
+  - every control has a label,
+  - a bad request shows the server's own message in the error area,
+  - the browser console holds no errors (SEVERE entries).
+It prints the page's update times (input event to the end of drawing) for
+D <= 512 and T <= 256 without judging them, saves screenshots under
+build/browser/ (or --out) and stops the server with SIGTERM, also on failure.
+
+Run with Debian's python3 (python3-selenium, chromium, chromium-driver):
+    make test-browser
+    TOKPOS_CLI=build/bin/tokpos /usr/bin/python3 tests/browser/test_page.py
+"""
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_process import ServeProcess  # noqa: E402
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WIDTH, HEIGHT = 1280, 900
+
+
+class Failure(AssertionError):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise Failure(message)
+    print(f"ok: {message}")
+
+
+def find_binary(names):
+    for name in names:
+        for folder in ("/usr/bin", "/usr/lib/chromium"):
+            path = os.path.join(folder, name)
+            if os.access(path, os.X_OK):
+                return path
+    return None
+
+
+def start_chromium():
+    options = webdriver.ChromeOptions()
+    binary = os.environ.get("CHROMIUM") or find_binary(["chromium", "chromium-browser"])
+    if binary:
+        options.binary_location = binary
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root
+        "--disable-dev-shm-usage",
+        f"--window-size={WIDTH},{HEIGHT}",
+        "--force-device-scale-factor=1",
+        "--hide-scrollbars",
+        "--no-first-run",
+        "--disable-extensions",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver_path = os.environ.get("CHROMEDRIVER") or find_binary(["chromedriver"])
+    service = Service(driver_path) if driver_path else Service()
+    driver = webdriver.Chrome(service=service, options=options)
+    # The viewport, not the window, is what the screenshots show.
+    inner = driver.execute_script("return [window.innerWidth, window.innerHeight]")
+    driver.set_window_size(WIDTH + WIDTH - inner[0], HEIGHT + HEIGHT - inner[1])
+    return driver
+
+
+def renders(driver):
+    return driver.execute_script("return window.tokpos ? window.tokpos.renders : 0")
+
+
+def settle(driver, before, timeout=20):
+    """Waits until an update newer than `before` has been drawn and none is pending."""
+    WebDriverWait(driver, timeout, poll_frequency=0.01).until(
+        lambda d: d.execute_script(
+            "return !!window.tokpos && !window.tokpos.pending && window.tokpos.renders > arguments[0]", before
+        ),
+        f"the page did not finish an update within {timeout} s",
+    )
+    return driver.execute_script("return window.tokpos.lastUpdateMs")
+
+
+def set_value(driver, element_id, value):
+    """Sets a control's value and fires the input event, as a user's edit does."""
+    driver.execute_script(
+        "const e = document.getElementById(arguments[0]);"
+        "e.value = arguments[1];"
+        "e.dispatchEvent(new Event('input', {bubbles: true}));",
+        element_id,
+        str(value),
+    )
+
+
+def choose_positions(driver, value):
+    driver.execute_script(
+        "const e = document.querySelector(`input[name=positions][value=${arguments[0]}]`);"
+        "e.checked = true;"
+        "e.dispatchEvent(new Event('input', {bubbles: true}));",
+        value,
+    )
+
+
+def text_of(driver, css):
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+
+
+def screenshot(driver, out, name):
+    path = os.path.join(out, name)
+    driver.save_screenshot(path)
+    print(f"screenshot: {os.path.relpath(path, ROOT)}")
+    return path
+
+
+def full_page_screenshot(driver, out, name):
+    import base64
+
+    size = driver.execute_script(
+        "return [document.documentElement.scrollWidth, document.documentElement.scrollHeight]"
+    )
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {
+            "format": "png",
+            "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1},
+        },
+    )
+    path = os.path.join(out, name)
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
+    print(f"screenshot: {os.path.relpath(path, ROOT)} ({size[0]} x {size[1]})")
+
+
+def console_entries(driver):
+    return driver.get_log("browser")
+
+
+def run(url, out):
+    driver = start_chromium()
+    try:
+        driver.get(url)
+        settle(driver, 0)
+        check(driver.title.startswith("tokpos"), f"the page loads from {url} (title {driver.title!r})")
+        check(not driver.find_element(By.ID, "error").is_displayed(), "no error is shown after loading")
+        screenshot(driver, out, "page-start.png")
+
+        # Every control has a label.
+        unlabelled = driver.execute_script(
+            "return [...document.querySelectorAll('#controls input, #controls select, #controls textarea')]"
+            ".filter(e => e.labels.length === 0).map(e => e.id || e.name)"
+        )
+        check(unlabelled == [], f"every control has a <label> (unlabelled: {unlabelled})")
+
+        # Type "Hi": bytes 72 and 105, ids byte + 4.
+        box = driver.find_element(By.ID, "text")
+        before = renders(driver)
+        box.send_keys(Keys.CONTROL, "a")
+        box.send_keys(Keys.BACKSPACE)
+        box.send_keys("Hi")
+        settle(driver, before)
+        chips = text_of(driver, "#chips .chip .chip-id")
+        check(chips == ["76", "109"], f'typing "Hi" shows the chips 76 and 109 (shown: {chips})')
+        shape = driver.find_element(By.ID, "shape").text
+        check(shape == "(1, 2, 64)", f"the shape reads (1, 2, 64) (shown: {shape})")
+        screenshot(driver, out, "page-hi.png")
+
+        # Hovering a heatmap cell shows row, column and value.
+        canvas = driver.find_element(By.ID, "heat-position")
+        ActionChains(driver).move_to_element_with_offset(canvas, 5, 5).perform()
+        tip = driver.find_element(By.ID, "tooltip")
+        tip_text = tip.text
+        check(
+            tip.is_displayed() and "position" in tip_text and "d = " in tip_text and "value = " in tip_text,
+            f"hovering the position heatmap shows row, column and value ({tip_text!r})",
+        )
+        ActionChains(driver).move_to_element(driver.find_element(By.TAG_NAME, "h1")).perform()
+        check(not tip.is_displayed(), "the tooltip hides when the pointer leaves")
+
+        # D from 64 to 32 with the keyboard: four steps of 8 down.
+        pairs_before = driver.find_element(By.ID, "pairs-d").text
+        half_before = driver.find_element(By.ID, "pairs-half").text
+        check(pairs_before == "32 pairs", f"D = 64 shows 32 pairs (shown: {pairs_before!r})")
+        check(half_before == "16 pairs", f"its D/2 panel shows 16 pairs (shown: {half_before!r})")
+        dim = driver.find_element(By.ID, "dim")
+        before = renders(driver)
+        dim.send_keys(Keys.ARROW_LEFT * 4)
+        settle(driver, before)
+        check(dim.get_attribute("value") == "32", f"the D slider moves to 32 from the keyboard (value {dim.get_attribute('value')})")
+        pairs_after = driver.find_element(By.ID, "pairs-d").text
+        half_after = driver.find_element(By.ID, "pairs-half").text
+        check(pairs_after == "16 pairs", f"D = 32 halves the pairs: 32 -> 16 (shown: {pairs_after!r})")
+        check(half_after == "8 pairs", f"the D/2 panel halves too: 16 -> 8 (shown: {half_after!r})")
+        check(
+            driver.find_element(By.ID, "shape").text == "(1, 2, 32)",
+            "the shape follows D: (1, 2, 32)",
+        )
+        screenshot(driver, out, "page-d32.png")
+
+        # The console is clean after the normal use above.
+        entries = console_entries(driver)
+        severe = [e for e in entries if e.get("level") == "SEVERE"]
+        check(severe == [], f"the browser console holds no errors ({len(entries)} entries, SEVERE: {severe})")
+
+        times = measure_updates(driver)
+        full_page_screenshot(driver, out, "page-full.png")
+
+        # A bad request: the error area shows the server's own message.
+        long_text = "a" * 5000
+        api = urllib.parse.urljoin(
+            url,
+            "api/embed?"
+            + urllib.parse.urlencode(
+                {"text": long_text, "dim": 64, "context": 128, "base": 10000, "layout": "interleaved",
+                 "positions": "sinusoidal", "seed": 0}
+            ),
+        )
+        try:
+            urllib.request.urlopen(api, timeout=10)
+            status, expected = 200, None
+        except urllib.error.HTTPError as e:
+            status, expected = e.code, json.loads(e.read().decode()).get("error")
+        check(status == 400 and bool(expected), f"the API answers 5000 bytes of text with 400 and a message ({expected!r})")
+        set_value(driver, "dim", 64)
+        before = renders(driver)
+        set_value(driver, "text", long_text)
+        settle(driver, before)
+        error = driver.find_element(By.ID, "error")
+        check(
+            error.is_displayed() and expected in error.text and error.get_attribute("role") == "alert",
+            f"the error area (role=alert) shows the server's message ({error.text!r})",
+        )
+        screenshot(driver, out, "page-error.png")
+        before = renders(driver)
+        set_value(driver, "text", "Hi")
+        settle(driver, before)
+        check(not error.is_displayed(), "the error area clears on the next good answer")
+        entries = console_entries(driver)
+        unexpected = [
+            e for e in entries
+            if e.get("level") == "SEVERE" and "status of 400" not in e.get("message", "")
+        ]
+        check(unexpected == [], f"the console holds nothing but the failed request's 400 ({unexpected})")
+        return times
+    finally:
+        driver.quit()
+
+
+def measure_updates(driver):
+    """Changes one control at a time (D <= 512, T <= 256) and prints each update's time."""
+    texts = {
+        16: "tokens, position",
+        64: "The quick brown fox jumps over the lazy dog; then it counts bytes.",
+        256: ("Token ids become rows of a V x D table; positions add rows of an L x D table. " * 4)[:256],
+    }
+    steps = [
+        ("text", "text", texts[16]),
+        ("D", "dim", 64),
+        ("text", "text", texts[64]),
+        ("D", "dim", 128),
+        ("base", "base", 3.5),
+        ("layout", "layout", "halves"),
+        ("L", "context", 256),
+        ("text", "text", texts[256]),
+        ("D", "dim", 256),
+        ("D", "dim", 512),
+        ("positions", "positions", "learned"),
+        ("seed", "seed", 7),
+        ("positions", "positions", "sinusoidal"),
+        ("layout", "layout", "interleaved"),
+        ("base", "base", 4),
+        ("D", "dim", 384),
+        ("L", "context", 128),
+        ("D", "dim", 192),
+        ("text", "text", texts[64]),
+        ("D", "dim", 64),
+    ]
+    rows = []
+    for what, element, value in steps:
+        before = renders(driver)
+        if element == "positions":
+            choose_positions(driver, value)
+        else:
+            set_value(driver, element, value)
+        ms = settle(driver, before)
+        T, D = driver.execute_script(
+            "return [document.querySelectorAll('#chips .chip').length, Number(document.getElementById('dim').value)]"
+        )
+        error = driver.find_element(By.ID, "error")
+        if error.is_displayed():
+            raise Failure(f"changing {what} to {value!r} shows an error: {error.text}")
+        rows.append((what, value, T, D, ms))
+    print("update times (input event to the end of drawing), one control changed at a time:")
+    for what, value, T, D, ms in rows:
+        shown = value if not isinstance(value, str) or len(value) <= 12 else f"{len(value)} bytes"
+        print(f"  {what:<9} -> {str(shown):<12} T = {T:<3} D = {D:<3} {ms:7.1f} ms")
+    ms = [r[4] for r in rows]
+    print(f"update times over {len(ms)} changes: median {statistics.median(ms):.1f} ms, max {max(ms):.1f} ms")
+    return ms
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cli", default=os.environ.get("TOKPOS_CLI", os.path.join(ROOT, "build", "bin", "tokpos")))
+    parser.add_argument("--out", default=os.path.join(ROOT, "build", "browser"))
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    # SIGTERM from make or CI unwinds like an exception, so the server stops too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    server = ServeProcess(os.path.abspath(args.cli))
+    status = 1
+    try:
+        url = server.start()
+        print(f"tokpos serve: {url}")
+        run(url, args.out)
+        status = 0
+    except Failure as e:
+        print(f"FAIL: {e}")
+    except Exception as e:  # a crash of the harness itself is a failure too
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"FAIL: {type(e).__name__}: {first}")
+    finally:
+        code = server.stop()
+        if server.proc is not None:
+            print(f"tokpos serve stopped (exit status {code})")
+        if status != 0 and server.output:
+            print("server output:\n" + server.log())
+    print("browser test: " + ("passed" if status == 0 else "FAILED"))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
