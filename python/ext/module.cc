@@ -107,6 +107,44 @@ void compose(const OutArray& out, const InArray& ids, const InArray& token_table
   tokpos::ops::compose_forward(o.dl, i.dl, tok.dl, p, pi, start, lookup(w.c_str(), -1, unk_id));
 }
 
+// compose over raw CPU addresses: the inference fast path of tokpos.torch,
+// which reads each address, shape and dtype from a contiguous CPU tensor in
+// the same call (DLPack capsules cost more than the kernel at decode sizes).
+// The tensors are row-major contiguous; ids are (B, T), or (T) when B < 0;
+// position_ids have ids' shape; pos_table 0: none, position_ids 0: start + t.
+// dtypes are tokpos::DType codes. The op validates everything else.
+void compose_raw(uintptr_t out, uintptr_t ids, int ids_dtype, int64_t B, int64_t T, uintptr_t token_table,
+                 int table_dtype, int64_t V, int64_t D, uintptr_t pos_table, int pos_dtype, int64_t L,
+                 uintptr_t position_ids, int position_dtype, int64_t start, const char* where) {
+  using tokpos::DType;
+  using tokpos::TensorView;
+  auto dtype = [](int code, const char* name) {
+    if (code < 0 || code > static_cast<int>(DType::kI64)) {
+      throw tokpos::Error(tokpos::Status::kInvalidArgument,
+                          std::string("tokpos: ") + name + " has unknown dtype code " + std::to_string(code));
+    }
+    return static_cast<DType>(code);
+  };
+  auto ptr = [](uintptr_t a) { return reinterpret_cast<const void*>(a); };
+  const DType out_dtype = dtype(table_dtype, "token_table");
+  const bool flat = B < 0;
+  const TensorView o(ptr(out), out_dtype,
+                     flat ? std::initializer_list<int64_t>{T, D} : std::initializer_list<int64_t>{B, T, D});
+  const TensorView i(ptr(ids), dtype(ids_dtype, "ids"),
+                     flat ? std::initializer_list<int64_t>{T} : std::initializer_list<int64_t>{B, T});
+  const TensorView tok(ptr(token_table), out_dtype, {V, D});
+  std::optional<TensorView> pos, pids;
+  if (pos_table) pos.emplace(ptr(pos_table), dtype(pos_dtype, "pos_table"), std::initializer_list<int64_t>{L, D});
+  if (position_ids) {
+    pids.emplace(ptr(position_ids), dtype(position_dtype, "position_ids"),
+                 flat ? std::initializer_list<int64_t>{T} : std::initializer_list<int64_t>{B, T});
+  }
+  const std::string w = where;
+  nb::gil_scoped_release release;
+  tokpos::ops::compose_forward(*o.get(), *i.get(), *tok.get(), pos ? pos->get() : nullptr,
+                               pids ? pids->get() : nullptr, start, lookup(w.c_str()));
+}
+
 void compose_backward(const std::optional<OutArray>& d_token_table, const std::optional<OutArray>& d_pos_table,
                       const InArray& d_out, const InArray& ids, const std::optional<InArray>& position_ids,
                       int64_t start, int64_t padding_idx, int64_t unk_id, const char* where) {
@@ -243,6 +281,10 @@ NB_MODULE(_core, m) {
 
   m.def("compose", &compose, nb::arg("out"), nb::arg("ids"), nb::arg("token_table"), nb::arg("pos_table").none(),
         nb::arg("position_ids").none(), nb::arg("start"), nb::arg("unk_id"), nb::arg("where"));
+  m.def("compose_raw", &compose_raw, nb::arg("out"), nb::arg("ids"), nb::arg("ids_dtype"), nb::arg("B"),
+        nb::arg("T"), nb::arg("token_table"), nb::arg("table_dtype"), nb::arg("V"), nb::arg("D"),
+        nb::arg("pos_table"), nb::arg("pos_dtype"), nb::arg("L"), nb::arg("position_ids"),
+        nb::arg("position_dtype"), nb::arg("start"), nb::arg("where"));
   m.def("compose_backward", &compose_backward, nb::arg("d_token_table").none(), nb::arg("d_pos_table").none(),
         nb::arg("d_out"), nb::arg("ids"), nb::arg("position_ids").none(), nb::arg("start"), nb::arg("padding_idx"),
         nb::arg("unk_id"), nb::arg("where"));

@@ -249,6 +249,9 @@ def _compose(
     compiler needs it, else the kernel directly (the inference fast path)."""
     if torch.compiler.is_compiling() or _needs_grad(token_table, pos_table):
         return _compose_op(ids, token_table, pos_table, position_ids, start, padding_idx, sparse)
+    out = _compose_raw(ids, token_table, pos_table, position_ids, start, where)
+    if out is not None:
+        return out
     out = torch.empty(_out_shape(ids, token_table), dtype=token_table.dtype)
     try:
         # numpy views cross into the core faster than DLPack capsules.
@@ -267,6 +270,61 @@ def _compose(
         # view, as torch.nn.Embedding allows), or a real error: the checked
         # path copies what needs it and lets the core name the problem.
         _compose_into(out, ids, token_table, pos_table, position_ids, start, where)
+    return out
+
+
+# tokpos::DType codes (tokpos/dtype.h) for _core.compose_raw.
+_TABLE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_INDEX_CODES = {torch.int32: 3, torch.int64: 4}
+
+
+def _contiguous_cpu(t: Tensor) -> bool:
+    return t.is_cpu and t.is_contiguous()
+
+
+def _compose_raw(
+    ids: Tensor,
+    token_table: Tensor,
+    pos_table: Optional[Tensor],
+    position_ids: Optional[Tensor],
+    start: int,
+    where: str,
+) -> Optional[Tensor]:
+    """The decode step's path: the kernel over the tensors' addresses, read
+    here with their shapes and dtypes (cheaper than DLPack capsules). Only
+    for contiguous CPU tensors whose shapes agree (so every address covers
+    the extent the core is told); anything else returns None and takes the
+    checked path, which names the problem."""
+    tc = _TABLE_CODES.get(token_table.dtype)
+    ic = _INDEX_CODES.get(ids.dtype)
+    if tc is None or ic is None or token_table.dim() != 2:
+        return None
+    if not (_contiguous_cpu(token_table) and _contiguous_cpu(ids)):
+        return None
+    nd = ids.dim()
+    if nd == 2:
+        B, T = ids.shape
+    elif nd == 1:
+        B, T = -1, ids.shape[0]
+    else:
+        return None
+    V, D = token_table.shape
+    L = pc = pp = qc = qp = 0
+    if pos_table is not None:
+        pc = _TABLE_CODES.get(pos_table.dtype)
+        if pc is None or pos_table.dim() != 2 or pos_table.shape[1] != D or not _contiguous_cpu(pos_table):
+            return None
+        L = pos_table.shape[0]
+        pp = pos_table.data_ptr()
+    if position_ids is not None:
+        qc = _INDEX_CODES.get(position_ids.dtype)
+        if qc is None or position_ids.shape != ids.shape or not _contiguous_cpu(position_ids):
+            return None
+        qp = position_ids.data_ptr()
+    out = torch.empty((T, D) if B < 0 else (B, T, D), dtype=token_table.dtype)
+    _core.compose_raw(
+        out.data_ptr(), ids.data_ptr(), ic, B, T, token_table.data_ptr(), tc, V, D, pp, pc, L, qp, qc, start, where
+    )
     return out
 
 

@@ -156,6 +156,24 @@ def test_forward_bitwise_equals_nn_embedding():
         assert torch.equal(c(wide[:, ::2]), rt(wide[:, ::2]) + rp(torch.arange(T)))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_inference_forward_on_views_and_dtypes(dtype):
+    wide = torch.randn(V, 2 * D, generator=torch.Generator().manual_seed(11)).to(dtype)
+    pos_table = torch.randn(L, D, generator=torch.Generator().manual_seed(12)).to(dtype)
+    ids = ids_of((B, T), seed=13)
+    pids = ids_of((B, T), vocab=L, seed=14).to(torch.int32)
+    for table in (wide[:, :D], wide[:, :D].contiguous(), wide[:, ::2]):  # row stride 2D; contiguous; column stride 2
+        pos = tt.LearnedPositionalEmbedding(L, D)
+        pos.weight = nn.Parameter(pos_table)
+        c = tt.EmbeddingComposer(tt.TokenEmbedding.from_pretrained(table, freeze=True), pos)
+        ref = (table.float()[ids] + pos_table.float()[pids.long()]).to(dtype)
+        with torch.no_grad():
+            assert torch.equal(c(ids, position_ids=pids), ref)
+            assert torch.equal(c(ids[1], position_ids=pids[1]), ref[1])
+            assert torch.equal(c.token(ids), table[ids])
+        assert torch.equal(c(ids, position_ids=pids), ref)  # the op path: the position table requires grad
+
+
 def test_sinusoidal_composer_equals_reference():
     c = composer(learned=False)
     ids = ids_of((B, T))
