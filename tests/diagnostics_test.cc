@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <span>
 #include <vector>
 
 #include "test_util.h"
@@ -62,6 +63,28 @@ TEST(Diagnostics, CosineByOffsetStartsAtOneAndIsTheMeanOverP) {
   }
   EXPECT_NEAR(by_k[3], sum3 / (L - 3), 1e-12);
   EXPECT_THROW(tokpos::cosine_by_offset(t, L, D, L), tokpos::Error);
+}
+
+TEST(Diagnostics, CosineMatrixIsEveryPairsCosineBitForBit) {
+  const int64_t L = 13, D = 7;
+  auto t = tokpos::testing::noise(L * D, 5);
+  for (int64_t i = 0; i < D; ++i) t[static_cast<size_t>(4 * D + i)] = 0.0f;  // an all-zero row: cosine 0
+  const auto m = tokpos::cosine_matrix(t, L, D);
+  ASSERT_EQ(m.size(), static_cast<size_t>(L * L));
+  const std::span<const float> s(t);
+  for (int64_t p = 0; p < L; ++p) {
+    for (int64_t q = 0; q < L; ++q) {
+      const double want = tokpos::cosine(s.subspan(p * D, D), s.subspan(q * D, D));
+      EXPECT_EQ(m[static_cast<size_t>(p * L + q)], want) << "p=" << p << " q=" << q;
+    }
+  }
+  EXPECT_EQ(m[4 * L + 4], 0.0);
+  EXPECT_NEAR(m[0], 1.0, 1e-15);
+  // The diagonal next to the main one is adjacent_cosine.
+  const auto adj = tokpos::adjacent_cosine(t, L, D);
+  for (int64_t p = 0; p + 1 < L; ++p) EXPECT_EQ(m[static_cast<size_t>(p * L + p + 1)], adj[static_cast<size_t>(p)]);
+  EXPECT_THROW(tokpos::cosine_matrix(t, L, D + 1), tokpos::Error);
+  EXPECT_THROW(tokpos::cosine_matrix(t, 0, D), tokpos::Error);
 }
 
 TEST(Diagnostics, WavelengthsAre2PiTimesBaseTo2kOverD) {

@@ -12,7 +12,8 @@ set -euo pipefail
 #   nlohmann-json3-dev           : `tokpos demo --json` output and safetensors headers
 #   libdlpack-dev                : <dlpack/dlpack.h>, the tensor description the ops take (DLTensor)
 #   libcairo2-dev, fonts-dejavu-core : `tokpos plot` pictures (PNG and SVG, real text rendering)
-required=(cmake make g++ pkg-config libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libdlpack-dev libcairo2-dev fonts-dejavu-core "$@")
+#   libcpp-httplib-dev           : `tokpos serve`, the local HTTP server (cpp-httplib, with a pkg-config file)
+required=(cmake make g++ pkg-config libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libdlpack-dev libcairo2-dev fonts-dejavu-core libcpp-httplib-dev "$@")
 
 missing=()
 for pkg in "${required[@]}"; do

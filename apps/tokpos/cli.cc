@@ -147,6 +147,16 @@ void configure_cli(CLI::App& app, Commands& c) {
       ->check(seed_range())
       ->capture_default_str();
 
+  auto& serve = c.serve;
+  c.serve_cmd = app.add_subcommand("serve", "Serve an interactive page and a JSON API on a local port");
+  c.serve_cmd->add_option("--host", serve.host, "Address to bind (anything but loopback is warned about)")
+      ->capture_default_str();
+  c.serve_cmd->add_option("--port", serve.port, "TCP port (0: any free port, printed when ready)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  c.serve_cmd->add_option("--threads", serve.threads, "Connections served at once")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
 }
 
 }  // namespace tokpos::app

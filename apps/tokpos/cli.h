@@ -7,6 +7,7 @@
 #include "demo.h"
 #include "embed.h"
 #include "plots.h"
+#include "serve/server.h"
 #include "table.h"
 
 namespace tokpos::app {
@@ -16,10 +17,12 @@ struct Commands {
   TableCommand table;
   EmbedCommand embed;
   plot::PlotOptions plot;
+  serve::ServeOptions serve;
   CLI::App* demo_cmd = nullptr;
   CLI::App* table_cmd = nullptr;
   CLI::App* embed_cmd = nullptr;
   CLI::App* plot_cmd = nullptr;
+  CLI::App* serve_cmd = nullptr;
 };
 
 // Adds every subcommand and flag to app, bound to the fields of c.

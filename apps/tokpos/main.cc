@@ -3,6 +3,7 @@
 //   table  an exact position table, in any published layout, as .npy
 //   embed  a real checkpoint's input stage (GPT-2, BERT) on given token ids
 //   plot   the diagnostics as pictures (PNG and SVG)
+//   serve  an interactive page and a JSON API on a local port
 #include <iostream>
 #include <new>
 
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
     if (*c.table_cmd) tokpos::app::run_table(c.table, std::cout);
     if (*c.embed_cmd) tokpos::app::run_embed(c.embed, std::cout);
     if (*c.plot_cmd) tokpos::plot::make_plots(c.plot, std::cout);
+    if (*c.serve_cmd) return tokpos::serve::run_serve(c.serve, std::cout, std::cerr);
   } catch (const tokpos::Error& e) {
     std::cerr << "tokpos: error: " << e.what() << "\n";
     return 1;

@@ -23,6 +23,11 @@ TOKPOS_API std::vector<double> adjacent_cosine(std::span<const float> table, int
 TOKPOS_API std::vector<double> cosine_by_offset(std::span<const float> table, int64_t L, int64_t D,
                                                 int64_t max_offset);
 
+// L*L values, row-major: entry (p, q) is cos(row p, row q), bit for bit what
+// cosine() returns for the two rows (so the matrix is exactly symmetric).
+// Each row's norm is summed once; the work is about L*L*D/2 multiply-adds.
+TOKPOS_API std::vector<double> cosine_matrix(std::span<const float> table, int64_t L, int64_t D);
+
 // Wavelength of each sin/cos pair k = 0 .. ceil(D/2)-1 of the interleaved
 // sinusoidal table: 2*pi * base^(2k/D), in positions. Pair 0 turns once every
 // 2*pi positions; the last pair approaches 2*pi*base.

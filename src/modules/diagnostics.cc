@@ -56,6 +56,34 @@ std::vector<double> cosine_by_offset(std::span<const float> table, int64_t L, in
   return out;
 }
 
+std::vector<double> cosine_matrix(std::span<const float> table, int64_t L, int64_t D) {
+  constexpr const char* kWhere = "cosine_matrix";
+  check_table(kWhere, table, L, D);
+  const int64_t n = detail::checked_mul(kWhere, "L*L", L, L);
+  std::vector<double> out(static_cast<size_t>(n));
+  // The same sums, in the same order, as cosine(): identical bits.
+  std::vector<double> sq(static_cast<size_t>(L));
+  for (int64_t p = 0; p < L; ++p) {
+    const float* a = table.data() + p * D;
+    double s = 0;
+    for (int64_t i = 0; i < D; ++i) s += static_cast<double>(a[i]) * a[i];
+    sq[static_cast<size_t>(p)] = s;
+  }
+  for (int64_t p = 0; p < L; ++p) {
+    const float* a = table.data() + p * D;
+    for (int64_t q = p; q < L; ++q) {
+      const float* b = table.data() + q * D;
+      double dot = 0;
+      for (int64_t i = 0; i < D; ++i) dot += static_cast<double>(a[i]) * b[i];
+      const double na = sq[static_cast<size_t>(p)], nb = sq[static_cast<size_t>(q)];
+      const double c = (na == 0.0 || nb == 0.0) ? 0.0 : dot / (std::sqrt(na) * std::sqrt(nb));
+      out[static_cast<size_t>(p * L + q)] = c;
+      out[static_cast<size_t>(q * L + p)] = c;
+    }
+  }
+  return out;
+}
+
 std::vector<double> sinusoidal_wavelengths(int64_t D, double base) {
   constexpr const char* kWhere = "sinusoidal_wavelengths";
   detail::check_at_least(kWhere, "D", D, 1);

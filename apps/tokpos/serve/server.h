@@ -1,0 +1,57 @@
+// tokpos serve: a local HTTP server with one page and a JSON API over the
+// library (docs/serve.md). This header needs no HTTP library: the command
+// line parses into ServeOptions, and the API answers are plain functions of
+// a parameter map, so both can be used without a socket.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+
+namespace tokpos::serve {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";  // the address to bind; anything not loopback is warned about
+  int port = 8765;                 // 0: any free port (printed when ready)
+  int threads = 16;                // connections served at once (one thread each)
+};
+
+// The request limits and work caps, as docs/serve.md states them.
+inline constexpr int64_t kMinDim = 2, kMaxDim = 4096;
+inline constexpr int64_t kMinContext = 1, kMaxContext = 65536;
+inline constexpr int64_t kMinVocab = 1, kMaxVocab = int64_t{1} << 24;
+inline constexpr size_t kMaxTextBytes = 4096;
+inline constexpr int64_t kMaxTableValues = int64_t{1} << 22;    // context*dim and vocab*dim
+inline constexpr int64_t kMaxRowValues = int64_t{1} << 18;      // T*dim of each embed array
+inline constexpr int64_t kMaxOffsetWork = int64_t{1} << 27;     // (max_offset+1)*context*dim
+inline constexpr int64_t kMaxMatrixContext = 512;               // the L x L matrix, up to here
+inline constexpr int64_t kDefaultMaxOffset = 1023;              // offsets 0..this at most, by default
+inline constexpr size_t kMaxPayloadBytes = 4096;                // request bodies (only refused anyway)
+
+// One API answer: an HTTP status and the JSON body text.
+struct ApiAnswer {
+  int status = 200;
+  std::string body;
+};
+
+// The query parameters of one request, decoded; a name given twice is an error.
+using Params = std::multimap<std::string, std::string>;
+
+// GET /api/embed, /api/similarity, /api/wavelengths. 400 with {"error": ...}
+// naming the parameter and its limit for bad input; never throws for bad
+// input (only for an internal failure such as running out of memory).
+ApiAnswer api_embed(const Params& params);
+ApiAnswer api_similarity(const Params& params);
+ApiAnswer api_wavelengths(const Params& params);
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback_host(const std::string& host);
+
+// Serves until SIGINT or SIGTERM. Prints "tokpos serve: listening on URL"
+// to `out` (flushed) once the socket accepts connections, warnings and
+// errors to `err`. Returns the exit status: 0 after a signal, 1 if the
+// address cannot be bound.
+int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace tokpos::serve
