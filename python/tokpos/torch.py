@@ -316,6 +316,8 @@ def _compose_raw(
             return None
         L = pos_table.shape[0]
         pp = pos_table.data_ptr()
+        if pp == 0:  # an empty table: 0 would mean "no table"
+            return None
     if position_ids is not None:
         qc = _INDEX_CODES.get(position_ids.dtype)
         if qc is None or position_ids.shape != ids.shape or not _contiguous_cpu(position_ids):
@@ -346,6 +348,14 @@ def _position_error(where: str, limit: int, position_ids: Optional[Tensor], star
         if position_ids.dim() == 1:
             b = 0
     return f"{where}: position {pos} at (b={b}, t={t}) is at or past max_context_length {limit}"
+
+
+def _table(module: nn.Module) -> Tensor:
+    """module.weight (a parameter or a buffer) read straight from the
+    module's dicts: nn.Module.__getattr__ costs more than the decode step's
+    kernel. Eager only (torch.compile traces the attribute)."""
+    weight = module._parameters.get("weight")
+    return weight if weight is not None else module._buffers["weight"]
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -444,7 +454,8 @@ class TokenEmbedding(nn.Module):
     def forward(self, ids: Tensor) -> Tensor:
         """ids (B, T) -> (B, T, D); ids (N) -> (N, D)."""
         pad = -1 if self.padding_idx is None else self.padding_idx
-        return _compose(ids, self.weight, None, None, 0, pad, self.sparse, "tokpos.torch.TokenEmbedding")
+        weight = self.weight if torch.compiler.is_compiling() else _table(self)
+        return _compose(ids, weight, None, None, 0, pad, self.sparse, "tokpos.torch.TokenEmbedding")
 
     def extra_repr(self) -> str:
         s = f"{self.vocab_size}, {self.dim}"
@@ -474,7 +485,7 @@ class _PositionalEmbedding(nn.Module):
             if torch.compiler.is_compiling():
                 return _compose(positions, self.weight, None, None, 0, -1, False, where)
             try:
-                return _compose(positions, self.weight, None, None, 0, -1, False, where)
+                return _compose(positions, _table(self), None, None, 0, -1, False, where)
             except IndexError:
                 if positions.dtype in (torch.int32, torch.int64) and positions.dim() in (1, 2):
                     message = _position_error(where, L, positions, 0, positions.shape[-1])
@@ -572,18 +583,24 @@ class EmbeddingComposer(nn.Module):
     def forward(self, ids: Tensor, *, position_ids: Optional[Tensor] = None, start: int = 0) -> Tensor:
         """ids (B, T) (or (N)) -> (B, T, D) (or (N, D))."""
         where = "tokpos.torch.EmbeddingComposer"
-        tok, pos = self.token, self.position
-        pad = -1 if tok.padding_idx is None else tok.padding_idx
         if torch.compiler.is_compiling():
+            tok, pos = self.token, self.position
+            pad = -1 if tok.padding_idx is None else tok.padding_idx
             return _compose(ids, tok.weight, pos.weight, position_ids, start, pad, tok.sparse, where)
-        start = _check_int("start", start, 0)
+        modules = self._modules
+        tok, pos = modules["token"], modules["position"]
+        pad = -1 if tok.padding_idx is None else tok.padding_idx
+        if type(start) is not int:
+            start = _check_int("start", start, 0)
+        elif start < 0:
+            raise ValueError(f"start = {start} must be >= 0")
         T = ids.shape[-1] if ids.dim() else 0
         if position_ids is None:
             message = _position_error(where, pos.max_context_length, None, start, T)
             if message is not None:
                 raise IndexError(message)
         try:
-            return _compose(ids, tok.weight, pos.weight, position_ids, start, pad, tok.sparse, where)
+            return _compose(ids, _table(tok), _table(pos), position_ids, start, pad, tok.sparse, where)
         except IndexError:
             if (
                 position_ids is not None
