@@ -4,6 +4,7 @@ against independent references (torch.nn.Embedding and float64 formulas)."""
 from __future__ import annotations
 
 import io
+import os
 import re
 import subprocess
 import sys
@@ -57,7 +58,12 @@ def composer(seed=0, padding_idx=None, sparse=False, learned=True):
 
 def test_import_tokpos_does_not_import_torch():
     code = "import sys, tokpos; assert 'torch' not in sys.modules, 'tokpos imported torch'"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    # The child imports the same tokpos as this process.
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(tokpos.__file__))), env.get("PYTHONPATH", "")]
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", env=env)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -196,6 +202,25 @@ def test_output_requires_grad_only_when_needed():
         tt.TokenEmbedding.from_pretrained(c.token.weight.detach(), freeze=True), tt.SinusoidalPositionalEmbedding(L, D)
     )
     assert not frozen(ids).requires_grad
+
+
+def test_inference_skips_the_custom_op(monkeypatch):
+    c = composer()
+    ids = ids_of((B, T))
+    expected = c(ids).detach()
+
+    def dispatched(*args):
+        raise AssertionError("the custom op was dispatched")
+
+    monkeypatch.setattr(tt, "_compose_op", dispatched)
+    with torch.no_grad():
+        assert torch.equal(c(ids), expected)
+        assert torch.equal(c(ids, position_ids=torch.arange(T).expand(B, T)), expected)
+    with torch.inference_mode():
+        assert torch.equal(c(ids), expected)
+    # With a gradient to compute, the op (and its autograd formula) runs.
+    with pytest.raises(AssertionError, match="dispatched"):
+        c(ids)
 
 
 def test_bf16_forward_rounds_once():
