@@ -122,7 +122,8 @@ bool get_learned(const Params& params) {
 // a*b <= cap, or 400 naming the product, its factors and the cap.
 void check_cap(const char* parameter, const char* what, int64_t a, int64_t b, int64_t cap) {
   if (a > cap / b) {
-    bad(parameter, std::string(what) + " = " + std::to_string(a) + "*" + std::to_string(b) + " = " +
+    const std::string named = std::string(what).find(parameter) == std::string::npos ? std::string(parameter) + ": " : "";
+    bad(parameter, named + what + " = " + std::to_string(a) + "*" + std::to_string(b) + " = " +
                        std::to_string(a * b) + " exceeds the cap of " + std::to_string(cap) + " values");
   }
 }

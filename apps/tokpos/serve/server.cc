@@ -2,6 +2,7 @@
 // stop on SIGINT and SIGTERM. The API itself is in api.cc.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +24,15 @@ namespace tokpos::serve {
 namespace {
 
 using json = nlohmann::json;
+
+// httplib's listen backlog is fixed at 5 when the library is compiled; a
+// second listen() on the bound socket sets a deeper one, so that a burst of
+// connections waits in the kernel's queue instead of retrying its SYN.
+class Server : public httplib::Server {
+ public:
+  void set_listen_backlog(int backlog) { ::listen(svr_sock_, backlog); }
+};
+constexpr int kListenBacklog = 256;
 
 constexpr size_t kMaxHeaders = 64;           // more header lines get 431
 constexpr time_t kReadTimeoutSeconds = 5;    // per read: a stalled client is dropped
@@ -119,6 +129,13 @@ void configure(httplib::Server& svr, const ServeOptions& options) {
   svr.set_keep_alive_timeout(kKeepAliveSeconds);
   svr.set_keep_alive_max_count(kKeepAliveRequests);
   svr.set_tcp_nodelay(true);
+  // SO_REUSEADDR only (a restart may bind a port in TIME_WAIT); not
+  // httplib's default SO_REUSEPORT, with which a second server would share a
+  // port in use instead of failing.
+  svr.set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   svr.set_default_headers({{"X-Content-Type-Options", "nosniff"},
                            {"Referrer-Policy", "no-referrer"},
                            {"X-Frame-Options", "DENY"},
@@ -194,7 +211,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err)
   // Requests run side by side, one thread each; each one's kernels use one thread.
   tokpos::set_num_threads(1);
 
-  httplib::Server svr;
+  Server svr;
   configure(svr, options);
 
   if (!is_loopback_host(options.host)) {
@@ -211,6 +228,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err)
   } else {
     bound = svr.bind_to_port(options.host, port);
   }
+  if (bound) svr.set_listen_backlog(kListenBacklog);
   if (!bound) {
     const int e = errno;
     err << "tokpos serve: error: cannot listen on " << options.host << " port " << options.port;
