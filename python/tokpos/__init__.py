@@ -76,6 +76,14 @@ def _array(x, name: str):
     raise ValueError(f"{name} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
 
 
+def _writable(x, name: str):
+    """A numpy array the core writes: a read-only one (a broadcast view, a
+    frozen array) raises ValueError naming it, not nanobind's TypeError."""
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise ValueError(f"{name} is read-only; tokpos writes its result there in place")
+    return x
+
+
 def set_num_threads(n: int) -> None:
     """n >= 1: kernels use n threads; 0 or less: every core. Results never
     depend on the count (every kernel is bitwise identical for any count)."""
@@ -159,9 +167,12 @@ def compose(ids, token_table, pos_table=None, *, position_ids=None, start: int =
     if out is None:
         dim = token_table.shape[1] if len(token_table.shape) == 2 else 0
         framework = _framework(ids, token_table, pos_table, position_ids)
-        out = _empty(tuple(ids.shape) + (dim,), _dtype_name(token_table), framework)
+        dtype = _dtype_name(token_table)
+        if dtype not in DTYPES:
+            raise ValueError(f"tokpos.compose: token_table has dtype {dtype}; expected float32, bfloat16 or float16")
+        out = _empty(tuple(ids.shape) + (dim,), dtype, framework)
     else:
-        out = _array(out, "out")
+        out = _writable(_array(out, "out"), "out")
     _core.compose(out, ids, token_table, pos_table, position_ids, start, -1, "tokpos.compose")
     return out
 
@@ -174,8 +185,8 @@ def compose_backward(d_out, ids, *, d_token_table=None, d_pos_table=None, positi
     d_out = _array(d_out, "d_out")
     ids = _array(ids, "ids")
     position_ids = _array(position_ids, "position_ids")
-    d_token_table = _array(d_token_table, "d_token_table")
-    d_pos_table = _array(d_pos_table, "d_pos_table")
+    d_token_table = _writable(_array(d_token_table, "d_token_table"), "d_token_table")
+    d_pos_table = _writable(_array(d_pos_table, "d_pos_table"), "d_pos_table")
     start = _count("start", start, 0)
     _core.compose_backward(
         d_token_table, d_pos_table, d_out, ids, position_ids, start, -1, -1, "tokpos.compose_backward"
