@@ -405,6 +405,17 @@ TEST_F(Serve, SimilarityOmitsTheMatrixAbove512AndCapsTheOffsets) {
   ASSERT_EQ(at512->status, 200) << at512->body;
   EXPECT_EQ(json::parse(at512->body)["matrix"].size(), 512u);
 
+  // The matrix's work cap: context*context*dim <= 2^29.
+  auto wide = get("/api/similarity?dim=4096&context=512");
+  ASSERT_TRUE(wide);
+  ASSERT_EQ(wide->status, 200) << wide->body;
+  EXPECT_TRUE(json::parse(wide->body)["matrix"].is_null());
+  EXPECT_NE(json::parse(wide->body)["matrix_omitted"].get<std::string>().find("536870912"), std::string::npos);
+  auto at_cap = get("/api/similarity?dim=2048&context=512&max_offset=1");
+  ASSERT_TRUE(at_cap);
+  ASSERT_EQ(at_cap->status, 200) << at_cap->body;
+  EXPECT_EQ(json::parse(at_cap->body)["matrix"].size(), 512u);
+
   auto res = get("/api/similarity?dim=64&context=65536");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;

@@ -69,16 +69,39 @@ std::vector<double> cosine_matrix(std::span<const float> table, int64_t L, int64
     for (int64_t i = 0; i < D; ++i) s += static_cast<double>(a[i]) * a[i];
     sq[static_cast<size_t>(p)] = s;
   }
+  const auto store = [&](int64_t p, int64_t q, double dot) {
+    const double na = sq[static_cast<size_t>(p)], nb = sq[static_cast<size_t>(q)];
+    const double c = (na == 0.0 || nb == 0.0) ? 0.0 : dot / (std::sqrt(na) * std::sqrt(nb));
+    out[static_cast<size_t>(p * L + q)] = c;
+    out[static_cast<size_t>(q * L + p)] = c;
+  };
   for (int64_t p = 0; p < L; ++p) {
     const float* a = table.data() + p * D;
-    for (int64_t q = p; q < L; ++q) {
+    int64_t q = p;
+    // Four rows at a time: four independent sums, each in cosine()'s order.
+    for (; q + 4 <= L; q += 4) {
+      const float* b0 = table.data() + q * D;
+      const float* b1 = b0 + D;
+      const float* b2 = b1 + D;
+      const float* b3 = b2 + D;
+      double d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+      for (int64_t i = 0; i < D; ++i) {
+        const double x = a[i];
+        d0 += x * b0[i];
+        d1 += x * b1[i];
+        d2 += x * b2[i];
+        d3 += x * b3[i];
+      }
+      store(p, q, d0);
+      store(p, q + 1, d1);
+      store(p, q + 2, d2);
+      store(p, q + 3, d3);
+    }
+    for (; q < L; ++q) {
       const float* b = table.data() + q * D;
       double dot = 0;
       for (int64_t i = 0; i < D; ++i) dot += static_cast<double>(a[i]) * b[i];
-      const double na = sq[static_cast<size_t>(p)], nb = sq[static_cast<size_t>(q)];
-      const double c = (na == 0.0 || nb == 0.0) ? 0.0 : dot / (std::sqrt(na) * std::sqrt(nb));
-      out[static_cast<size_t>(p * L + q)] = c;
-      out[static_cast<size_t>(q * L + p)] = c;
+      store(p, q, dot);
     }
   }
   return out;

@@ -281,7 +281,7 @@ ApiAnswer api_similarity(const Params& params) {
     json out = {{"config", config_json(t)},
                 {"adjacent", adjacent_cosine(table, L, D)},
                 {"by_offset", {{"offsets", offsets}, {"mean_cosine", by_offset}}}};
-    if (L <= kMaxMatrixContext) {
+    if (L <= kMaxMatrixContext && L * L * D <= kMaxMatrixWork) {
       const std::vector<double> m = cosine_matrix(table, L, D);
       json matrix = json::array();
       for (int64_t p = 0; p < L; ++p) {
@@ -292,9 +292,13 @@ ApiAnswer api_similarity(const Params& params) {
       out["matrix_omitted"] = nullptr;
     } else {
       out["matrix"] = nullptr;
-      out["matrix_omitted"] = "context = " + std::to_string(L) + " is over " + std::to_string(kMaxMatrixContext) +
-                              ": the L x L matrix is sent for context <= " + std::to_string(kMaxMatrixContext) +
-                              " only";
+      out["matrix_omitted"] =
+          L > kMaxMatrixContext
+              ? "context = " + std::to_string(L) + " is over " + std::to_string(kMaxMatrixContext) +
+                    ": the L x L matrix is sent for context <= " + std::to_string(kMaxMatrixContext) + " only"
+              : "context*context*dim = " + std::to_string(L) + "*" + std::to_string(L) + "*" + std::to_string(D) +
+                    " = " + std::to_string(L * L * D) + " is over the cap of " + std::to_string(kMaxMatrixWork) +
+                    " for the L x L matrix";
     }
     return dump(out);
   });

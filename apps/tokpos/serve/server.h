@@ -26,6 +26,7 @@ inline constexpr int64_t kMaxTableValues = int64_t{1} << 22;    // context*dim a
 inline constexpr int64_t kMaxRowValues = int64_t{1} << 18;      // T*dim of each embed array
 inline constexpr int64_t kMaxOffsetWork = int64_t{1} << 27;     // (max_offset+1)*context*dim
 inline constexpr int64_t kMaxMatrixContext = 512;               // the L x L matrix, up to here
+inline constexpr int64_t kMaxMatrixWork = int64_t{1} << 29;     // and context*context*dim up to here
 inline constexpr int64_t kDefaultMaxOffset = 1023;              // offsets 0..this at most, by default
 inline constexpr size_t kMaxPayloadBytes = 4096;                // request bodies (only refused anyway)
 
