@@ -296,9 +296,9 @@ def measure_updates(driver):
         ("layout", "layout", "interleaved"),
         ("base", "base", 4),
         ("D", "dim", 384),
-        ("L", "context", 128),
         ("D", "dim", 192),
         ("text", "text", texts[64]),
+        ("L", "context", 128),
         ("D", "dim", 64),
     ]
     rows = []
@@ -309,17 +309,21 @@ def measure_updates(driver):
         else:
             set_value(driver, element, value)
         ms = settle(driver, before)
+        phases = driver.execute_script("return window.tokpos.lastPhasesMs")
         T, D = driver.execute_script(
             "return [document.querySelectorAll('#chips .chip').length, Number(document.getElementById('dim').value)]"
         )
         error = driver.find_element(By.ID, "error")
         if error.is_displayed():
             raise Failure(f"changing {what} to {value!r} shows an error: {error.text}")
-        rows.append((what, value, T, D, ms))
+        rows.append((what, value, T, D, ms, phases))
     print("update times (input event to the end of drawing), one control changed at a time:")
-    for what, value, T, D, ms in rows:
+    for what, value, T, D, ms, phases in rows:
         shown = value if not isinstance(value, str) or len(value) <= 12 else f"{len(value)} bytes"
-        print(f"  {what:<9} -> {str(shown):<12} T = {T:<3} D = {D:<3} {ms:7.1f} ms")
+        print(
+            f"  {what:<9} -> {str(shown):<12} T = {T:<3} D = {D:<3} {ms:7.1f} ms"
+            f"  (answers {phases['wait']:6.1f} ms, drawing {phases['draw']:5.1f} ms)"
+        )
     ms = [r[4] for r in rows]
     print(f"update times over {len(ms)} changes: median {statistics.median(ms):.1f} ms, max {max(ms):.1f} ms")
     return ms

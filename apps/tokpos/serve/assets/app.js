@@ -4,7 +4,8 @@
 //
 // window.tokpos exposes the page's state for tests and the curious:
 // renders (completed updates), pending (an update is in flight), errors,
-// lastUpdateMs and updateTimes (input event to the end of drawing, in ms).
+// lastUpdateMs and updateTimes (input event to the end of drawing, in ms),
+// lastPhasesMs (that time split into waiting for the answers and drawing).
 "use strict";
 
 (() => {
@@ -56,9 +57,13 @@
     if (b === 32) return "\u2423";  // open box: a visible space
     return "\\x" + b.toString(16).padStart(2, "0");
   };
+  const SUPERSCRIPT = { "-": "\u207b", 0: "\u2070", 1: "\u00b9", 2: "\u00b2", 3: "\u00b3", 4: "\u2074",
+                        5: "\u2075", 6: "\u2076", 7: "\u2077", 8: "\u2078", 9: "\u2079" };
+  // 1, 10, 10², 10³, ...
   const decadeLabel = (v) => {
     const e = Math.round(Math.log10(v));
-    return e <= 4 ? String(10 ** e) : `1e${e}`;
+    if (e === 0 || e === 1) return String(10 ** e);
+    return "10" + [...String(e)].map((c) => SUPERSCRIPT[c]).join("");
   };
 
   // ---- controls ----------------------------------------------------------
@@ -87,7 +92,24 @@
 
   // ---- the API -----------------------------------------------------------
 
-  class ApiError extends Error {}
+  // A 400 answer: the server's message and the parameter it names.
+  class ApiError extends Error {
+    constructor(message, parameter) {
+      super(message);
+      this.parameter = parameter || null;
+    }
+  }
+
+  // The control each API parameter comes from.
+  const CONTROL_OF = { text: "text", dim: "dim", context: "context", base: "base", layout: "layout", seed: "seed" };
+
+  function markInvalid(parameters) {
+    for (const [name, id] of Object.entries(CONTROL_OF)) {
+      const el = $(id);
+      if (parameters.has(name)) el.setAttribute("aria-invalid", "true");
+      else el.removeAttribute("aria-invalid");
+    }
+  }
 
   const cache = new Map();  // url -> parsed JSON of a successful answer
   const CACHE_LIMIT = 48;
@@ -113,7 +135,7 @@
     }
     if (!response.ok || body === null) {
       const message = body && typeof body.error === "string" ? body.error : `HTTP ${response.status} from ${url.split("?")[0]}`;
-      throw new ApiError(message);
+      throw new ApiError(message, body && body.parameter);
     }
     cache.set(url, body);
     if (cache.size > CACHE_LIMIT) cache.delete(cache.keys().next().value);
@@ -160,13 +182,19 @@
     const names = Object.keys(urls);
     const results = await Promise.allSettled(names.map((n) => getJson(urls[n], signal)));
     if (mine !== sequence) return;  // a newer input owns the view now
+    const answered = performance.now();
 
     const messages = [];
+    const invalid = new Set();
     const fresh = {};
     results.forEach((r, i) => {
       if (r.status === "fulfilled") fresh[names[i]] = r.value;
-      else if (r.reason && r.reason.name !== "AbortError") messages.push(r.reason.message || String(r.reason));
+      else if (r.reason && r.reason.name !== "AbortError") {
+        messages.push(r.reason.message || String(r.reason));
+        if (r.reason.parameter) invalid.add(r.reason.parameter);
+      }
     });
+    markInvalid(invalid);
     try {
       render(s, fresh);
     } catch (e) {
@@ -175,7 +203,9 @@
     showError([...new Set(messages)]);
     if (messages.length) probe.errors++;
 
-    const ms = performance.now() - started;
+    const done = performance.now();
+    const ms = done - started;
+    probe.lastPhasesMs = { wait: answered - started, draw: done - answered };
     probe.lastUpdateMs = ms;
     window.lastUpdateMs = ms;
     probe.updateTimes.push(ms);
@@ -349,8 +379,8 @@
       this.scale = scale;
       if (this.legend) legend(this.legend, scale);
       const cssWidth = this.canvas.clientWidth || 300;
-      // Rows are up to 14 px tall; past 16 rows the map keeps 220 px and rows shrink.
-      const cssHeight = this.square ? cssWidth : Math.min(220, Math.max(24, R * 14));
+      // Rows are up to 14 px tall; past 12 rows the map keeps 180 px and rows shrink.
+      const cssHeight = this.square ? cssWidth : Math.min(180, Math.max(24, R * 14));
       const { ctx, width, height } = fitCanvas(this.canvas, cssHeight);
       ctx.clearRect(0, 0, width, height);
       if (R === 0 || this.C === 0) {
@@ -466,6 +496,7 @@
       canvas.hidden = true;
       $("legend-matrix").hidden = true;
       $("matrix-missing").hidden = false;
+      $("matrix-missing").textContent = sim.matrix_omitted || "The matrix is drawn for L \u2264 512.";
       $("matrix-dims").textContent = "";
     }
   }
@@ -478,7 +509,7 @@
   }
 
   function drawOffsetChart(canvas, series) {
-    const { ctx, width, height } = fitCanvas(canvas, 220);
+    const { ctx, width, height } = fitCanvas(canvas, 200);
     ctx.clearRect(0, 0, width, height);
     const left = 40, right = 10, top = 10, bottom = 30;
     const w = width - left - right, h = height - top - bottom;
@@ -542,20 +573,22 @@
 
   // One bar per pair, height log10(wavelength); the x axis spans D's pairs in both panels.
   function drawBands(canvas, wl, pairsAxis, [e0, e1]) {
-    const { ctx, width, height } = fitCanvas(canvas, 190);
+    const { ctx, width, height } = fitCanvas(canvas, 118);
     ctx.clearRect(0, 0, width, height);
-    const left = 40, right = 10, top = 8, bottom = 30;
+    const left = 40, right = 10, top = 6, bottom = 16;
     const w = width - left - right, h = height - top - bottom;
     const Y = (v) => top + h - ((Math.log10(v) - e0) / (e1 - e0)) * h;
     ctx.font = "11px system-ui, sans-serif";
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
+    const labelEvery = h / Math.max(1, e1 - e0) < 16 ? 2 : 1;
     for (let e = e0; e <= e1; e++) {
       ctx.strokeStyle = "#e3e6ec";
       ctx.beginPath();
       ctx.moveTo(left, Math.round(Y(10 ** e)) + 0.5);
       ctx.lineTo(left + w, Math.round(Y(10 ** e)) + 0.5);
       ctx.stroke();
+      if ((e - e0) % labelEvery !== 0) continue;
       ctx.fillStyle = "#5b6475";
       ctx.fillText(decadeLabel(10 ** e), left - 6, Y(10 ** e));
     }
@@ -569,8 +602,7 @@
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
     const step = niceStep(pairsAxis, 6);
-    for (let k = 0; k <= pairsAxis; k += step) ctx.fillText(String(k), left + k * bw, top + h + 4);
-    ctx.fillText("pair k (wavelength, positions, log scale)", left + w / 2, top + h + 16);
+    for (let k = 0; k <= pairsAxis; k += step) ctx.fillText(String(k), left + k * bw, top + h + 3);
   }
 
   function bandList(ul, bands) {
