@@ -6,7 +6,8 @@ build/bin/tokpos), opens the page and checks that
   - typing "Hi" shows the byte-token ids 76 and 109 as chips,
   - moving D from 64 to 32 with the keyboard halves the sin/cos pairs shown
     (32 -> 16) and the D/2 panel follows (16 -> 8),
-  - hovering a heatmap cell shows its row, column and value,
+  - hovering a heatmap cell, or moving over it with the arrow keys, shows
+    its row, column and value,
   - every control has a label,
   - a bad request shows the server's own message in the error area,
   - the browser console holds no errors (SEVERE entries).
@@ -202,6 +203,17 @@ def run(url, out):
         )
         ActionChains(driver).move_to_element(driver.find_element(By.TAG_NAME, "h1")).perform()
         check(not tip.is_displayed(), "the tooltip hides when the pointer leaves")
+
+        # The heatmaps read out from the keyboard too: focus, then arrow keys.
+        canvas = driver.find_element(By.ID, "heat-token")
+        canvas.send_keys(Keys.ARROW_DOWN)
+        canvas.send_keys(Keys.ARROW_DOWN, Keys.ARROW_RIGHT, Keys.ARROW_RIGHT)
+        tip_text = tip.text
+        check(
+            tip.is_displayed() and tip_text.startswith("t = 1 ('i', id 109)") and "d = 2" in tip_text,
+            f"arrow keys on the focused token heatmap read out row 1, column 2 ({tip_text!r})",
+        )
+        driver.execute_script("document.activeElement.blur()")
 
         # D from 64 to 32 with the keyboard: four steps of 8 down.
         pairs_before = driver.find_element(By.ID, "pairs-d").text

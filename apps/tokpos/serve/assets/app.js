@@ -462,16 +462,10 @@
     matrix: new Heatmap("matrix", "legend-matrix", { fixedScale: 1, square: true, what: "cos", columnLabel: (q) => `q = ${q}` }),
   };
 
-  // by_offset as [[offset, mean cosine], ...].
+  // by_offset {offsets: [k...], mean_cosine: [...]} as [[k, mean cosine], ...].
   function offsetSeries(b) {
-    if (!b) return [];
-    if (Array.isArray(b)) {
-      if (b.length && typeof b[0] === "object") return b.map((e, i) => [e.offset ?? i, e.mean_cosine ?? e.cosine ?? e.mean]);
-      return b.map((v, i) => [i, v]);
-    }
-    const ys = b.mean_cosine ?? b.cosine ?? b.mean ?? [];
-    const xs = b.offsets ?? b.offset ?? ys.map((_, i) => i);
-    return ys.map((v, i) => [xs[i], v]);
+    if (!b || !Array.isArray(b.mean_cosine)) return [];
+    return b.mean_cosine.map((v, i) => [b.offsets ? b.offsets[i] : i, v]);
   }
 
   function renderSimilarity(sim) {
