@@ -242,6 +242,7 @@ def run(url, out):
 
         times = measure_updates(driver)
         full_page_screenshot(driver, out, "page-full.png")
+        edge_cases(driver)
 
         # A bad request: the error area shows the server's own message.
         long_text = "a" * 5000
@@ -282,6 +283,41 @@ def run(url, out):
         return times
     finally:
         driver.quit()
+
+
+def edge_cases(driver):
+    """Empty text, every layout, learned positions and a context past the matrix's limit draw without errors."""
+    def apply(element, value):
+        before = renders(driver)
+        if element == "positions":
+            choose_positions(driver, value)
+        else:
+            set_value(driver, element, value)
+        settle(driver, before)
+        error = driver.find_element(By.ID, "error")
+        if error.is_displayed():
+            raise Failure(f"{element} = {value!r} shows an error: {error.text}")
+
+    apply("text", "")
+    chips = text_of(driver, "#chips .chip")
+    shape = driver.find_element(By.ID, "shape").text
+    check(chips == [] and shape == "(1, 0, 64)", f"empty text draws no chips and the shape (1, 0, 64) (shown: {shape})")
+    apply("text", "Hi")
+    for layout in ("halves", "fairseq", "t2t", "ggml", "interleaved"):
+        apply("layout", layout)
+    check(True, "every column layout draws without an error")
+    apply("positions", "learned")
+    params = driver.find_element(By.ID, "params-position").text
+    check(params == "8,192 parameters", f"learned positions at L = 128, D = 64 count L*D = 8,192 parameters ({params!r})")
+    apply("positions", "sinusoidal")
+    apply("context", 1024)
+    missing = driver.find_element(By.ID, "matrix-missing")
+    check(
+        missing.is_displayed() and not driver.find_element(By.ID, "matrix").is_displayed(),
+        f"L = 1024 replaces the matrix with the server's note ({missing.text!r})",
+    )
+    apply("context", 128)
+    check(driver.find_element(By.ID, "matrix").is_displayed(), "L = 128 draws the matrix again")
 
 
 def measure_updates(driver):
