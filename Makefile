@@ -51,11 +51,12 @@ demo: build
 # Microbenchmarks (GB/s), the compose entry points side by side (medians and
 # ratios, printed, never judged), then the side-by-side runs against PyTorch,
 # which need torch and numpy from pip (installed here if missing).
-bench: build bench-deps
+bench: build bench-deps python
 	$(BUILD)/bin/tokpos_bench --benchmark_min_time=0.2
 	python3 bench/old_vs_new.py --bench $(BUILD)/bin/tokpos_bench
 	python3 bench/table_vs_torch.py
 	python3 bench/side_by_side.py
+	$(BUILD)/venv/bin/python bench/python_side_by_side.py
 
 bench-deps:
 	@python3 -c "import torch, numpy" 2>/dev/null || { echo "bench: installing torch and numpy with pip"; python3 -m pip install torch numpy; }

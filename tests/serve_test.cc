@@ -256,7 +256,7 @@ class Serve : public ::testing::Test {
     auto res = get(path);
     ASSERT_TRUE(res) << path;
     EXPECT_EQ(res->status, 400) << path << " -> " << res->body;
-    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json") << path;
+    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json; charset=utf-8") << path;
     const json j = json::parse(res->body);
     ASSERT_TRUE(j.contains("error") && j["error"].is_string()) << res->body;
     EXPECT_EQ(j.value("parameter", ""), parameter) << path << " -> " << res->body;
@@ -310,7 +310,7 @@ TEST_F(Serve, EmbedHiGivesTheByteIdsAndTheCApiSumBitForBit) {
   auto res = get("/api/embed?text=Hi");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
-  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json; charset=utf-8");
   const float_json j = float_json::parse(res->body);
   EXPECT_EQ(j["ids"], float_json({76, 109}));
   EXPECT_EQ(j["shape"], float_json({1, 2, 64}));
@@ -322,6 +322,16 @@ TEST_F(Serve, EmbedHiGivesTheByteIdsAndTheCApiSumBitForBit) {
   expect_rows(j["token_rows"], token_rows.data(), 2, 64, "token_rows");
   expect_rows(j["position_rows"], e.pos_table.data(), 2, 64, "position_rows");
   expect_rows(j["sum"], e.sum.data(), 2, 64, "sum");
+}
+
+TEST_F(Serve, ApiAnswersGoOutUncompressedWhateverTheClientAccepts) {
+  // A browser always offers Brotli; compressing a large answer would cost
+  // far more than computing it.
+  auto res = client().Get("/api/embed?text=Hello&dim=64", {{"Accept-Encoding", "br, gzip, deflate"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_FALSE(res->has_header("Content-Encoding")) << res->get_header_value("Content-Encoding");
+  EXPECT_EQ(json::parse(res->body)["ids"].size(), 5u);
 }
 
 TEST_F(Serve, EmbedEveryLayoutAndLearnedPositionsMatchTheCApi) {
@@ -517,7 +527,7 @@ TEST_F(Serve, UnknownPathsAre404Json) {
     auto res = get(path);
     ASSERT_TRUE(res) << path;
     EXPECT_EQ(res->status, 404) << path;
-    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json") << path;
+    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json; charset=utf-8") << path;
     EXPECT_TRUE(json::parse(res->body).contains("error")) << res->body;
   }
 }

@@ -31,6 +31,7 @@ from __future__ import annotations
 import operator
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -118,6 +119,18 @@ def _compose_fake(ids, token_table, pos_table, position_ids, start, padding_idx,
     return token_table.new_empty(_out_shape(ids, token_table))
 
 
+def _lazy_zeros(rows: int, dim: int) -> Tensor:
+    """A zeroed float32 (rows, dim) tensor whose pages the kernel provides
+    already zero: numpy's zeros is calloc, which for a large block maps fresh
+    zero pages instead of writing zeros. torch.zeros writes every byte (and
+    faults every page in) even though the backward then touches only the rows
+    the batch used; for GPT-2's 154 MB token gradient that write is most of a
+    training step's embedding time. The untouched rows stay the kernel's zero
+    page until something reads them (the first read of each page is a minor
+    fault, not a 4 KiB write)."""
+    return torch.from_numpy(np.zeros((rows, dim), dtype=np.float32))
+
+
 @torch.library.custom_op("tokpos::compose_backward", mutates_args=(), device_types="cpu")
 def _compose_backward_op(
     d_out: Tensor,
@@ -133,8 +146,8 @@ def _compose_backward_op(
     order. vocab_size or pos_rows 0: that gradient is not computed (a (0, D)
     tensor). padding_idx >= 0: that token row gets no gradient."""
     dim = d_out.shape[-1]
-    d_tok = torch.zeros((vocab_size, dim), dtype=_F32)
-    d_pos = torch.zeros((pos_rows, dim), dtype=_F32)
+    d_tok = _lazy_zeros(vocab_size, dim)
+    d_pos = _lazy_zeros(pos_rows, dim)
     if vocab_size or pos_rows:
         _core.compose_backward(
             d_tok if vocab_size else None,

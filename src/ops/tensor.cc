@@ -147,7 +147,9 @@ View check_tensor(const char* where, const char* name, const DLTensor* t, Role r
              "; negative strides are not supported");
     }
     // Rows (the D dimension) must be contiguous; index tensors have no D.
-    if (role != Role::kIndex && v.ndim > 0 && v.shape[v.ndim - 1] > 1 && v.strides[v.ndim - 1] != 1)
+    // An empty tensor reads and writes nothing, so its strides never matter
+    // (numpy gives a zero-size array strides of 0).
+    if (role != Role::kIndex && numel > 0 && v.ndim > 0 && v.shape[v.ndim - 1] > 1 && v.strides[v.ndim - 1] != 1)
       fail(Status::kInvalidArgument, where, name, " has innermost stride ", v.strides[v.ndim - 1],
            "; it must be 1 (rows contiguous)");
   }
