@@ -24,6 +24,8 @@ import re
 import subprocess
 import sys
 
+from machine import cpu_model  # bench/machine.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 APIS = ["old_c", "op_c", "op_plan"]
 # The old/new pairs, and the parallel copy (the bandwidth line, printed after
@@ -33,16 +35,6 @@ FILTER = r"^BM_(Forward|Backward|BackwardHotRow|Decode)/(old_c|op_c|op_plan)/|^B
 NAME = re.compile(r"^(BM_\w+)/(old_c|op_c|op_plan)/(.*?)(/real_time)?$")
 TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def fmt_time(ms):

@@ -34,6 +34,8 @@ import statistics
 import sys
 import time
 
+from machine import cpu_model  # bench/machine.py
+
 SHAPES = {
     "gpt2": dict(V=50257, D=768, L=1024, B=8, T=1024, label="GPT-2 small"),
     "llama2-7b": dict(V=32000, D=4096, L=4096, B=1, T=2048, label="Llama-2-7B table sizes"),
@@ -48,16 +50,6 @@ TARGET_FWD_VS_COMPILE = 1.5
 TARGET_BWD_VS_EAGER = 10.0
 TARGET_DECODE_VS_EAGER = 1.0
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def fmt_time(seconds) -> str:
