@@ -277,6 +277,12 @@ TOKPOS_API tokpos_status tokpos_composer_zero_grad(tokpos_composer* c);
 TOKPOS_API int64_t tokpos_composer_num_parameters(const tokpos_composer* c);
 TOKPOS_API void tokpos_composer_free(tokpos_composer* c);
 
+/* ---- Position ids (include/tokpos/positions.h) ---- */
+
+/* ---- ALiBi ---- */
+
+/* ---- RoPE ---- */
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "bind.h"
 #include "demo.h"
 #include "tokpos/error.h"
 #include "tokpos/ops.h"
@@ -29,45 +30,10 @@ namespace nb = nanobind;
 
 namespace {
 
-using InArray = nb::ndarray<nb::ro>;  // any dtype, any strides, read-only is fine
-using OutArray = nb::ndarray<>;       // must be writable
-
-// A DLTensor over an ndarray's memory. nanobind gives strides in elements
-// and data with the byte offset applied, as DLPack's DLTensor expects.
-struct Tensor {
-  DLTensor dl{};
-  int64_t shape[4]{};
-  int64_t strides[4]{};
-
-  template <typename A>
-  Tensor(const A& a, const char* name) {
-    if (a.ndim() > 4) {
-      throw tokpos::Error(tokpos::Status::kInvalidArgument,
-                          std::string(name) + " has " + std::to_string(a.ndim()) + " dimensions; at most 3 are used");
-    }
-    dl.data = const_cast<void*>(static_cast<const void*>(a.data()));
-    dl.device = {static_cast<DLDeviceType>(a.device_type()), static_cast<int32_t>(a.device_id())};
-    dl.ndim = static_cast<int32_t>(a.ndim());
-    const nb::dlpack::dtype t = a.dtype();
-    dl.dtype = {t.code, t.bits, t.lanes};
-    for (size_t i = 0; i < a.ndim(); ++i) {
-      shape[i] = static_cast<int64_t>(a.shape(i));
-      strides[i] = a.stride(i);
-    }
-    dl.shape = shape;
-    dl.strides = strides;
-  }
-  // dl points into this object: it is made in place, never copied or moved.
-  Tensor(const Tensor&) = delete;
-  Tensor& operator=(const Tensor&) = delete;
-};
-
-// An optional argument's tensor, made in place in t.
-template <typename A>
-const DLTensor* maybe(std::optional<Tensor>& t, const std::optional<A>& a, const char* name) {
-  if (!a) return nullptr;
-  return &t.emplace(*a, name).dl;
-}
+using tokpos::python::InArray;
+using tokpos::python::maybe;
+using tokpos::python::OutArray;
+using tokpos::python::Tensor;
 
 tokpos::ops::LookupOptions lookup(const char* where, int64_t padding_idx = -1, int64_t unk_id = -1) {
   tokpos::ops::LookupOptions o;
@@ -302,6 +268,9 @@ NB_MODULE(_core, m) {
         nb::arg("std"));
   m.attr("TOKEN_TABLE_STREAM") = tokpos::kTokenTableStream;
   m.attr("POSITION_TABLE_STREAM") = tokpos::kPositionTableStream;
+
+  tokpos::python::bind_positions(m);
+  tokpos::python::bind_rope(m);
 
   m.def("demo_report", &demo_report, nb::arg("text"), nb::arg("vocab_size"), nb::arg("dim"),
         nb::arg("max_context"), nb::arg("seed"), nb::arg("base"), nb::arg("json"));

@@ -23,6 +23,10 @@ import operator
 import numpy as np
 
 from . import _core
+from .positions import *  # noqa: F401,F403  (position ids, ALiBi)
+from .rope import *  # noqa: F401,F403  (RoPE)
+from .positions import __all__ as _positions_all
+from .rope import __all__ as _rope_all
 
 __version__ = _core.version()
 
@@ -34,6 +38,8 @@ __all__ = [
     "pe_sinusoidal",
     "set_num_threads",
     "sinusoidal_table",
+    *_positions_all,
+    *_rope_all,
 ]
 
 LAYOUTS = ("interleaved", "halves", "fairseq", "t2t", "ggml")

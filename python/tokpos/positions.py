@@ -1,0 +1,3 @@
+"""Position ids and ALiBi."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Rotary position embeddings (RoPE)."""
+
+__all__: list[str] = []
