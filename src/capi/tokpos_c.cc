@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/guard.h"
 #include "common/check.h"
 #include "common/validate.h"
 #include "tokpos/composer.h"
@@ -53,34 +54,9 @@ static_assert(static_cast<int>(tokpos::DType::kI64) == TOKPOS_DTYPE_I64);
 static_assert(static_cast<int>(Status::kIdOutOfRange) == TOKPOS_ID_OUT_OF_RANGE);
 static_assert(static_cast<int>(Status::kPositionOutOfRange) == TOKPOS_POSITION_OUT_OF_RANGE);
 
-thread_local std::string g_last_error;
-
-tokpos_status record(const char* fn, Status status, const char* what) noexcept {
-  try {
-    const std::string msg(what);
-    // Module messages already start with their C++ name; add the C entry point.
-    g_last_error = msg.rfind(fn, 0) == 0 ? msg : std::string(fn) + ": " + msg;
-  } catch (...) {
-    g_last_error.clear();  // out of memory while formatting: the status still tells
-  }
-  return static_cast<tokpos_status>(status);
-}
-
-template <typename F>
-tokpos_status guard(const char* fn, F&& body) noexcept {
-  try {
-    body();
-    return TOKPOS_OK;
-  } catch (const tokpos::Error& e) {
-    return record(fn, e.status(), e.what());
-  } catch (const std::bad_alloc&) {
-    return record(fn, Status::kOutOfMemory, "out of memory");
-  } catch (const std::exception& e) {
-    return record(fn, Status::kInternal, e.what());
-  } catch (...) {
-    return record(fn, Status::kInternal, "unknown exception");
-  }
-}
+using tokpos::capi::g_last_error;
+using tokpos::capi::guard;
+using tokpos::capi::record;
 
 // Pointers must be aligned for their type: reading a misaligned float is
 // undefined behaviour in C and C++, so it is refused rather than risked.
