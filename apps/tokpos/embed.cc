@@ -10,6 +10,7 @@
 #include "tokpos/diagnostics.h"
 #include "tokpos/error.h"
 #include "tokpos/npy.h"
+#include "tokpos/positions.h"
 #include "tokpos/presets.h"
 
 namespace tokpos::app {
@@ -117,7 +118,7 @@ void run_embed(const EmbedCommand& c, std::ostream& log) {
                                                   std::to_string(B) + ", " + std::to_string(c.past + T) +
                                                   ")");
       }
-      positions = gpt2_position_ids(mask, B, T, c.past);
+      positions = position_ids_from_mask(mask, B, c.past + T, T);
       options.positions.ids = positions;
       position_note = "positions from the attention mask (cumsum - 1, pads at 1)";
     } else {

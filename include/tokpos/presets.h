@@ -52,7 +52,8 @@ TOKPOS_API EmbeddingComposer bert_from_safetensors(const std::string& path, doub
 // GPT-2 position ids for a left-padded batch, as transformers' generation
 // code computes them: cumsum(mask) - 1 along each row, and 1 where mask is 0.
 // mask is (B, past + T), covering the cached tokens and the new ones; the
-// result is (B, T), the last T columns. mask entries must be 0 or 1.
+// result is (B, T), the last T columns. mask entries must be 0 or 1. A thin
+// wrapper: position_ids_from_mask (tokpos/positions.h) computes it.
 TOKPOS_API std::vector<int64_t> gpt2_position_ids(std::span<const int64_t> mask, int64_t B, int64_t T,
                                                   int64_t past_length = 0);
 

@@ -279,7 +279,58 @@ TOKPOS_API void tokpos_composer_free(tokpos_composer* c);
 
 /* ---- Position ids (include/tokpos/positions.h) ---- */
 
+/* Position ids as the models compute them (docs/positions.md). Tensors as in
+ * the ops above: int32 or int64, any strides, kDLCPU. Every value is checked
+ * before anything is written; out may not overlap an input. A result that
+ * does not fit an int32 out is TOKPOS_INVALID_ARGUMENT. */
+
+/* transformers' generation rule (GPT-2, Llama): attention_mask (B, S) covers
+ * the cached and the new tokens; position = cumsum(mask) - 1 along each row,
+ * 1 where mask is 0; out (B, T), T <= S, receives the last T columns. Mask
+ * values other than 0 and 1 are TOKPOS_INVALID_ARGUMENT naming (b, s). */
+TOKPOS_API tokpos_status tokpos_position_ids_from_mask(const DLTensor* out, const DLTensor* attention_mask);
+
+/* RoBERTa / XLM-R: (cumsum(ids != padding_idx) + past_length) *
+ * (ids != padding_idx) + padding_idx along each row. input_ids (B, S) or (S);
+ * out the same shape; padding_idx and past_length >= 0. */
+TOKPOS_API tokpos_status tokpos_roberta_position_ids(const DLTensor* out, const DLTensor* input_ids,
+                                                     int64_t padding_idx, int64_t past_length);
+
+/* Packed documents (flash-attn varlen): cu_seqlens (D + 1) starts at 0 and
+ * never decreases; out (N), N = cu_seqlens[D], restarts at start in every
+ * document. */
+TOKPOS_API tokpos_status tokpos_packed_position_ids(const DLTensor* out, const DLTensor* cu_seqlens, int64_t start);
+
+/* The inverse. A document starts at index 0 and wherever position_ids[i] !=
+ * position_ids[i - 1] + 1 (position_ids (N), or (B, S) read row-major).
+ * *count = the number of documents; out (count + 1) = 0, each later
+ * document's start, N. */
+TOKPOS_API tokpos_status tokpos_packed_document_count(int64_t* count, const DLTensor* position_ids);
+TOKPOS_API tokpos_status tokpos_cu_seqlens_from_position_ids(const DLTensor* out, const DLTensor* position_ids);
+
+
 /* ---- ALiBi ---- */
+
+/* out[0..num_heads): the ALiBi head slopes of the paper's get_slopes, with 8
+ * generalised to max_bias as MPT and ggml do (include/tokpos/positions.h).
+ * num_heads >= 1; max_bias finite and > 0. */
+TOKPOS_API tokpos_status tokpos_alibi_slopes(double* out, int64_t num_heads, double max_bias);
+
+typedef enum tokpos_alibi_mode {
+  TOKPOS_ALIBI_CAUSAL = 0,    /* slope * (k - q) where k <= q, -inf where k > q */
+  TOKPOS_ALIBI_SYMMETRIC = 1, /* -slope * |q - k| */
+  TOKPOS_ALIBI_MODE_MIN_ENUM_ = -0x7fffffff - 1,
+  TOKPOS_ALIBI_MODE_MAX_ENUM_ = 0x7fffffff
+} tokpos_alibi_mode;
+
+/* out (num_heads, Tq, Tk), float32, bfloat16 or float16 with a unit innermost
+ * stride: the bias of query position q_positions[i] and key position
+ * k_positions[j] under slopes[h], computed in double and rounded once.
+ * q_positions (Tq) and k_positions (Tk): int32 or int64, each >= 0. */
+TOKPOS_API tokpos_status tokpos_op_alibi_bias(const DLTensor* out, const double* slopes, int64_t num_heads,
+                                              const DLTensor* q_positions, const DLTensor* k_positions,
+                                              tokpos_alibi_mode mode);
+
 
 /* ---- RoPE ---- */
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/check.h"
+#include "tokpos/positions.h"
 
 namespace tokpos {
 namespace {
@@ -143,25 +144,13 @@ EmbeddingComposer bert_from_safetensors(const std::string& path, double eps, con
 
 std::vector<int64_t> gpt2_position_ids(std::span<const int64_t> mask, int64_t B, int64_t T, int64_t past) {
   constexpr const char* kWhere = "gpt2_position_ids";
-  detail::check_at_least(kWhere, "B", B, 0);
   detail::check_at_least(kWhere, "T", T, 0);
   detail::check_at_least(kWhere, "past_length", past, 0);
-  const int64_t cols = past + T;
-  detail::check_size(kWhere, "mask", mask.size(), detail::checked_mul(kWhere, "B*(past+T)", B, cols));
-  std::vector<int64_t> out(static_cast<size_t>(B * T));
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t sum = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t m = mask[b * cols + c];
-      if (m != 0 && m != 1) {
-        detail::fail(Status::kInvalidArgument, kWhere, "mask value ", m, " at (b=", b, ", t=", c,
-                     ") is not 0 or 1");
-      }
-      sum += m;
-      if (c >= past) out[b * T + (c - past)] = m == 0 ? 1 : sum - 1;
-    }
+  int64_t cols = 0;
+  if (__builtin_add_overflow(past, T, &cols)) {
+    detail::fail(Status::kSizeOverflow, kWhere, "past_length + T = ", past, " + ", T, " overflows int64");
   }
-  return out;
+  return position_ids_from_mask(mask, B, cols, T);
 }
 
 }  // namespace tokpos
