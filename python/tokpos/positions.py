@@ -1,3 +1,190 @@
-"""Position ids and ALiBi."""
+"""Position ids and ALiBi (docs/positions.md).
 
-__all__: list[str] = []
+Every function takes numpy arrays or torch CPU tensors and returns the same
+framework's arrays; the C++ core (tokpos/positions.h) checks every value
+before it writes, and bad input raises ValueError naming the value, where it
+is and its limit.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+
+from . import _core
+
+__all__ = [
+    "position_ids_from_mask",
+    "roberta_position_ids",
+    "packed_position_ids",
+    "cu_seqlens_from_position_ids",
+    "alibi_slopes",
+    "alibi_bias",
+]
+
+# This module is imported while tokpos/__init__ runs, so its helpers are its own.
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+def _framework(*arrays) -> str:
+    return "torch" if any(_is_torch(a) for a in arrays if a is not None) else "numpy"
+
+
+def _count(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    value = operator.index(value)
+    if value < minimum:
+        raise ValueError(f"{name} = {value} must be >= {minimum}")
+    return value
+
+
+def _dtype_name(x) -> str:
+    name = str(x.dtype)
+    return name[len("torch."):] if name.startswith("torch.") else name
+
+
+def _index_array(x, name: str):
+    """x as an int32 or int64 array the core reads: numpy arrays and torch
+    tensors of those dtypes pass through; bool and other integer arrays (a
+    bool attention mask) and Python sequences become new int64 arrays."""
+    if _is_torch(x):
+        import torch
+
+        x = x.detach()
+        if x.dtype in (torch.int32, torch.int64):
+            return x
+        if x.dtype == torch.bool or not (x.is_floating_point() or x.is_complex()):
+            return x.to(torch.int64)
+        raise ValueError(f"{name} has dtype {_dtype_name(x)}; expected integers (int32 or int64) or bool")
+    if isinstance(x, (list, tuple, numbers.Integral)):
+        return np.asarray(x, dtype=np.int64)
+    if not isinstance(x, np.ndarray):
+        if hasattr(x, "__array_interface__") or hasattr(x, "__array__"):
+            x = np.asarray(x)
+        else:
+            raise ValueError(f"{name} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
+    if x.dtype in (np.int32, np.int64):
+        return x
+    if x.dtype == np.bool_ or np.issubdtype(x.dtype, np.integer):
+        return x.astype(np.int64)
+    raise ValueError(f"{name} has dtype {x.dtype}; expected integers (int32 or int64) or bool")
+
+
+def _empty(shape, dtype: str, framework: str):
+    if framework == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype))
+    return np.empty(shape, dtype=np.dtype(dtype))
+
+
+def position_ids_from_mask(attention_mask, num_new_tokens=None):
+    """transformers' generation rule (GPT-2, Llama, ...): attention_mask
+    (B, S) covers the cached tokens and the new ones; along each row the
+    position is cumsum(mask) - 1, and 1 where mask is 0 (a pad). Returns the
+    last num_new_tokens columns (all S when None) as int64 (B, T)."""
+    mask = _index_array(attention_mask, "attention_mask")
+    if len(mask.shape) != 2:
+        raise ValueError(f"attention_mask must be 2-D (B, S), got shape {tuple(mask.shape)}")
+    batch, width = (int(d) for d in mask.shape)
+    new = width if num_new_tokens is None else _count("num_new_tokens", num_new_tokens, 0)
+    if new > width:
+        raise ValueError(f"num_new_tokens = {new} must be <= S = {width} (the mask's columns)")
+    out = _empty((batch, new), "int64", _framework(mask))
+    _core.position_ids_from_mask(out, mask)
+    return out
+
+
+def roberta_position_ids(input_ids, padding_idx, past_length=0):
+    """RoBERTa / XLM-R: (cumsum(ids != padding_idx) + past_length) *
+    (ids != padding_idx) + padding_idx along each row of input_ids (B, S) or
+    (S); int64, the shape of input_ids."""
+    ids = _index_array(input_ids, "input_ids")
+    padding_idx = _count("padding_idx", padding_idx, 0)
+    past_length = _count("past_length", past_length, 0)
+    out = _empty(tuple(ids.shape), "int64", _framework(ids))
+    _core.roberta_position_ids(out, ids, padding_idx, past_length)
+    return out
+
+
+def packed_position_ids(cu_seqlens, start=0):
+    """Positions of packed documents (flash-attn varlen): document d holds
+    tokens [cu_seqlens[d], cu_seqlens[d + 1]) and its positions run start,
+    start + 1, ... cu_seqlens (int32 or int64) starts at 0, never decreases
+    and ends at N; returns int64 (N,)."""
+    cu = _index_array(cu_seqlens, "cu_seqlens")
+    start = _count("start", start, 0)
+    n = int(cu[-1]) if len(cu.shape) == 1 and cu.shape[0] > 0 else 0
+    out = _empty((max(n, 0),), "int64", _framework(cu))
+    _core.packed_position_ids(out, cu, start)
+    return out
+
+
+def cu_seqlens_from_position_ids(position_ids):
+    """The inverse of packed_position_ids: a document starts at index 0 and
+    wherever position_ids[i] != position_ids[i - 1] + 1 (position_ids (N), or
+    (B, S) read row-major). Returns int32 (documents + 1,): 0, each later
+    document's start, N (flash-attn's cu_seqlens; [0] when N == 0)."""
+    pos = _index_array(position_ids, "position_ids")
+    count = _core.packed_document_count(pos)
+    out = _empty((count + 1,), "int32", _framework(pos))
+    _core.cu_seqlens_from_position_ids(out, pos)
+    return out
+
+
+def alibi_slopes(num_heads, max_bias=8.0):
+    """ALiBi's head slopes as float64 (H,): the paper's get_slopes (its
+    closest-power-of-two interleave for other head counts), with 8
+    generalised to max_bias as MPT's gen_slopes and ggml do."""
+    num_heads = _count("num_heads", num_heads, 1)
+    if isinstance(max_bias, bool) or not isinstance(max_bias, numbers.Real):
+        raise ValueError(f"max_bias must be a number, got {max_bias!r}")
+    return np.asarray(_core.alibi_slopes(num_heads, float(max_bias)), dtype=np.float64)
+
+
+_MODES = {"causal": 0, "symmetric": 1}
+_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _slopes(slopes):
+    if _is_torch(slopes):
+        s = slopes.detach().cpu().double().numpy()
+    else:
+        s = np.asarray(slopes, dtype=np.float64)
+    if s.ndim != 1:
+        raise ValueError(f"slopes must be 1-D (H,), got shape {s.shape}")
+    return np.ascontiguousarray(s)
+
+
+def alibi_bias(slopes, q_positions, k_positions, *, mode="causal", dtype="float32", out=None):
+    """The ALiBi bias (H, Tq, Tk) between query positions q_positions (Tq)
+    and key positions k_positions (Tk) under slopes (H). mode "causal":
+    slope * (k - q) where k <= q, -inf where k > q; "symmetric":
+    -slope * |q - k|. Computed in double and rounded once to dtype (float32,
+    float16 or bfloat16; bfloat16 needs torch). Positions must be >= 0.
+    out (optional) is written in place and returned; otherwise the result is
+    a new array in the inputs' framework (torch if any is a tensor)."""
+    if mode not in _MODES:
+        raise ValueError(f"mode = {mode!r} is not one of 'causal', 'symmetric'")
+    s = _slopes(slopes)
+    q = _index_array(q_positions, "q_positions")
+    k = _index_array(k_positions, "k_positions")
+    if out is None:
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype = {dtype!r} is not one of 'float32', 'float16', 'bfloat16'")
+        framework = _framework(slopes, q, k)
+        if dtype == "bfloat16" and framework != "torch":
+            raise ValueError("dtype = 'bfloat16' needs torch tensors (numpy has no bfloat16); pass torch positions")
+        out = _empty((s.shape[0], int(q.shape[0]) if len(q.shape) == 1 else 0,
+                      int(k.shape[0]) if len(k.shape) == 1 else 0), dtype, framework)
+    elif isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError("out is read-only; tokpos writes its result there in place")
+    target = out.detach() if _is_torch(out) else out  # shares out's memory
+    _core.alibi_bias(target, s, q, k, _MODES[mode])
+    return out
