@@ -158,8 +158,8 @@ double relative_difference(double a, double b) {
 
 // The comparison itself: bit for bit at tolerance 0, else relative.
 TEST(Kernels, AgreementFollowsTheDeclaredTolerance) {
-  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr};
-  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr};
+  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr, nullptr};
+  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr, nullptr};
   const std::vector<float> want{1.0f, -2.0f, 0.0f, HUGE_VALF};
   EXPECT_TRUE(agrees(exact, want, want));
   EXPECT_FALSE(agrees(exact, want, {1.0f, -2.0f, -0.0f, HUGE_VALF}));  // -0 is other bits
@@ -1095,6 +1095,91 @@ TEST(Kernels, Bf16RoundsToNearestEven) {
     if (got != want && wrong++ < 10) ADD_FAILURE() << std::hexfloat << x << ": want 0x" << std::hex << want << " got 0x" << got;
   }
   EXPECT_EQ(wrong, 0) << "of " << xs.size();
+}
+
+
+// ---- RoPE ------------------------------------------------------------------------
+
+// Every back end against the reference: each dtype, layout and direction,
+// partial rotary dims, padded heads, positions up to 2^31 - 1, several
+// thread counts, and in place (out = x) against out of place.
+TEST(Kernels, RopeAgreesWithTheReference) {
+  struct RopeShape {
+    int64_t B, T, H, D, half, pad;
+  };
+  const RopeShape shapes[] = {{1, 1, 1, 2, 1, 0}, {2, 37, 3, 64, 32, 0}, {3, 20, 2, 80, 16, 5}, {1, 70, 4, 128, 64, 0}};
+  const double freqs[] = {1.0, 0.7498942093324559, 1e-4, 3.5e-7, 2.0, 0.01};
+  uint64_t seed = 900;
+  for (const RopeShape& sh : shapes) {
+    const int64_t rows = sh.B * sh.T * sh.H, stride = sh.D + sh.pad;
+    const Table x = make_table(rows, sh.D, stride, ++seed);
+    std::vector<double> inv(static_cast<size_t>(sh.half));
+    for (int64_t i = 0; i < sh.half; ++i) inv[static_cast<size_t>(i)] = freqs[i % 6] / static_cast<double>(1 + i);
+    std::vector<int64_t> pos(static_cast<size_t>(sh.B * sh.T));
+    uint64_t z = seed;
+    for (size_t k = 0; k < pos.size(); ++k) {
+      z = z * 6364136223846793005ull + 1442695040888963407ull;
+      pos[k] = k % 3 == 0 ? static_cast<int64_t>(k) : static_cast<int64_t>((z >> 33) % (uint64_t{1} << 31));
+    }
+    pos.back() = (int64_t{1} << 31) - 1;
+    for (DType type : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (kn::RopeLayout layout : {kn::RopeLayout::kHalf, kn::RopeLayout::kInterleaved}) {
+        for (bool inverse : {false, true}) {
+          const size_t esize = tokpos::dtype_size(type);
+          const size_t bytes = static_cast<size_t>(rows * stride) * esize;
+          const void* xdata = x.view(type).data;
+          auto run = [&](const kn::KernelTable& be, int threads, bool in_place) {
+            std::vector<uint8_t> out(bytes, 0xA5);
+            if (in_place) std::memcpy(out.data(), xdata, bytes);
+            std::vector<float> scratch(static_cast<size_t>(threads * 4 * sh.half));
+            kn::RopeApply r;
+            r.x = in_place ? static_cast<const void*>(out.data()) : xdata;
+            r.xsh = stride;
+            r.xst = sh.H * stride;
+            r.xsb = sh.T * sh.H * stride;
+            r.out = out.data();
+            r.osh = r.xsh;
+            r.ost = r.xst;
+            r.osb = r.xsb;
+            r.type = type;
+            r.pos = {pos.data(), DType::kI64, sh.T, 1};
+            r.inv_freq = inv.data();
+            r.half = sh.half;
+            r.B = sh.B;
+            r.T = sh.T;
+            r.H = sh.H;
+            r.D = sh.D;
+            r.layout = layout;
+            r.inverse = inverse;
+            r.attention_factor = sh.pad ? 1.25 : 1.0;
+            r.scratch = scratch.data();
+            kn::Exec ex;
+            ex.threads = threads;
+            be.apply_rope(r, ex);
+            // The rows without their padding (which differs between the runs).
+            std::vector<uint8_t> packed(static_cast<size_t>(rows * sh.D) * esize);
+            for (int64_t k = 0; k < rows; ++k) {
+              std::memcpy(packed.data() + static_cast<size_t>(k * sh.D) * esize,
+                          out.data() + static_cast<size_t>(k * stride) * esize, static_cast<size_t>(sh.D) * esize);
+            }
+            return packed;
+          };
+          const auto want = run(kn::reference_kernels(), 1, false);
+          for (const kn::KernelTable* be : kn::backends()) {
+            for (int threads : {1, 3}) {
+              for (bool in_place : {false, true}) {
+                const auto got = run(*be, threads, in_place);
+                EXPECT_TRUE(agrees(*be, want.data(), got.data(), want.size() / esize, type))
+                    << be->name << " D " << sh.D << " half " << sh.half << " dtype " << tokpos::dtype_name(type)
+                    << " layout " << static_cast<int>(layout) << " inverse " << inverse << " threads " << threads
+                    << " in place " << in_place;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

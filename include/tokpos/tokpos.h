@@ -334,6 +334,65 @@ TOKPOS_API tokpos_status tokpos_op_alibi_bias(const DLTensor* out, const double*
 
 /* ---- RoPE ---- */
 
+/* RoPE scaling schemes (include/tokpos/rope.h; docs/positions.md, "RoPE"). */
+typedef enum tokpos_rope_type {
+  TOKPOS_ROPE_DEFAULT = 0,
+  TOKPOS_ROPE_LINEAR = 1,
+  TOKPOS_ROPE_DYNAMIC = 2,
+  TOKPOS_ROPE_YARN = 3,
+  TOKPOS_ROPE_LONGROPE = 4,
+  TOKPOS_ROPE_LLAMA3 = 5,
+  TOKPOS_ROPE_TYPE_MIN_ENUM_ = -0x7fffffff - 1,
+  TOKPOS_ROPE_TYPE_MAX_ENUM_ = 0x7fffffff
+} tokpos_rope_type;
+
+/* The keys of a Hugging Face rope_scaling. A key the config lacks is NaN
+ * (doubles), 0 (lengths) or NULL with length 0 (factor lists): fill the
+ * struct with tokpos_rope_scaling_init first, then set what the config has. */
+typedef struct tokpos_rope_scaling {
+  tokpos_rope_type type;
+  double factor;
+  int64_t original_max_position_embeddings;
+  int64_t max_position_embeddings;
+  double low_freq_factor, high_freq_factor; /* llama3 */
+  double beta_fast, beta_slow;              /* yarn; NaN or 0: 32 and 1 */
+  double mscale, mscale_all_dim;            /* yarn; NaN or 0: unused */
+  double attention_factor;                  /* yarn, longrope */
+  int truncate;                             /* yarn; 1 (the default) or 0 */
+  const double* short_factor;               /* longrope: dim / 2 values */
+  int64_t short_factor_len;
+  const double* long_factor;                /* longrope: dim / 2 values */
+  int64_t long_factor_len;
+} tokpos_rope_scaling;
+
+/* type TOKPOS_ROPE_DEFAULT, every key absent, truncate 1. */
+TOKPOS_API void tokpos_rope_scaling_init(tokpos_rope_scaling* s);
+
+/* inv_freq (dim / 2 doubles) and *attention_factor of the scaling (NULL: the
+ * default type), as transformers' ROPE_INIT_FUNCTIONS compute them, in
+ * double. seq_len: the current sequence length (dynamic, longrope), 0 for
+ * none. Errors name the key, its value and its limit (docs/errors.md). */
+TOKPOS_API tokpos_status tokpos_rope_frequencies(double* inv_freq, double* attention_factor, int64_t dim,
+                                                 double base, const tokpos_rope_scaling* scaling, int64_t seq_len);
+
+typedef enum tokpos_rope_layout {
+  TOKPOS_ROPE_HALF = 0,        /* GPT-NeoX / transformers' rotate_half: pairs (i, i + rotary_dim / 2) */
+  TOKPOS_ROPE_INTERLEAVED = 1, /* GPT-J / Meta's Llama: pairs (2i, 2i + 1) */
+  TOKPOS_ROPE_LAYOUT_MIN_ENUM_ = -0x7fffffff - 1,
+  TOKPOS_ROPE_LAYOUT_MAX_ENUM_ = 0x7fffffff
+} tokpos_rope_layout;
+
+/* out = RoPE(x) (tokpos::ops::apply_rope): x and out (B, T, H, D) with
+ * positions (B, T), or (T, H, D) with positions (T); float32, bfloat16 or
+ * float16, out's dtype x's; positions int32 or int64 in [0, 2^31). The
+ * first rotary_dim = 2 * n_freq dims of each head rotate by positions[b, t] *
+ * inv_freq[i] (cos and sin exact to 2^-24, times attention_factor), the rest
+ * are copied; math in float32, rounded once. inverse != 0: the transposed
+ * rotation. out may be x (in place). rotary_dim < 0: 2 * n_freq. */
+TOKPOS_API tokpos_status tokpos_op_apply_rope(const DLTensor* out, const DLTensor* x, const DLTensor* positions,
+                                              const double* inv_freq, int64_t n_freq, tokpos_rope_layout layout,
+                                              int64_t rotary_dim, double attention_factor, int inverse);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

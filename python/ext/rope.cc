@@ -1,8 +1,77 @@
-// tokpos._core: the rope bindings.
+// tokpos._core: the rope bindings (tokpos/rope.h).
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "bind.h"
+#include "tokpos/ops.h"
+#include "tokpos/rope.h"
 
 namespace tokpos::python {
 
-void bind_rope(nb::module_& m) { (void)m; }
+void bind_rope(nb::module_& m) {
+  nb::class_<RopeScaling>(m, "RopeScaling")
+      .def(nb::init<>())
+      .def_prop_rw(
+          "type", [](const RopeScaling& s) { return std::string(rope_type_name(s.type)); },
+          [](RopeScaling& s, const std::string& name) { s.type = rope_type_from_name(name); })
+      .def_rw("factor", &RopeScaling::factor, nb::arg().none())
+      .def_rw("original_max_position_embeddings", &RopeScaling::original_max_position_embeddings, nb::arg().none())
+      .def_rw("max_position_embeddings", &RopeScaling::max_position_embeddings, nb::arg().none())
+      .def_rw("low_freq_factor", &RopeScaling::low_freq_factor, nb::arg().none())
+      .def_rw("high_freq_factor", &RopeScaling::high_freq_factor, nb::arg().none())
+      .def_rw("beta_fast", &RopeScaling::beta_fast, nb::arg().none())
+      .def_rw("beta_slow", &RopeScaling::beta_slow, nb::arg().none())
+      .def_rw("mscale", &RopeScaling::mscale, nb::arg().none())
+      .def_rw("mscale_all_dim", &RopeScaling::mscale_all_dim, nb::arg().none())
+      .def_rw("attention_factor", &RopeScaling::attention_factor, nb::arg().none())
+      .def_rw("truncate", &RopeScaling::truncate)
+      .def_rw("short_factor", &RopeScaling::short_factor)
+      .def_rw("long_factor", &RopeScaling::long_factor);
+
+  // (inv_freq as a list of floats, attention_factor); tokpos/rope.py makes the array.
+  m.def(
+      "rope_frequencies",
+      [](int64_t dim, double base, const RopeScaling& scaling, std::optional<int64_t> seq_len) {
+        RopeFrequencies r = rope_frequencies(dim, base, scaling, seq_len);
+        return std::make_pair(std::move(r.inv_freq), r.attention_factor);
+      },
+      nb::arg("dim"), nb::arg("base"), nb::arg("scaling"), nb::arg("seq_len").none());
+
+  // out = RoPE(x) through ops::apply_rope; inv_freq a contiguous float64 vector.
+  m.def(
+      "apply_rope",
+      [](const OutArray& out, const InArray& x, const InArray& positions,
+         const nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>& inv_freq,
+         const std::string& layout, int64_t rotary_dim, double attention_factor, bool inverse, const char* where) {
+        RopeApplyOptions o;
+        if (layout == "half") {
+          o.layout = RopeLayout::kHalf;
+        } else if (layout == "interleaved") {
+          o.layout = RopeLayout::kInterleaved;
+        } else {
+          throw Error(Status::kInvalidArgument,
+                      std::string(where) + ": layout = '" + layout + "' is not 'half' or 'interleaved'");
+        }
+        o.rotary_dim = rotary_dim;
+        o.attention_factor = attention_factor;
+        o.inverse = inverse;
+        const std::string w = where;
+        o.where = w.c_str();
+        const Tensor ot(out, "out"), xt(x, "x"), pt(positions, "positions");
+        const std::span<const double> freqs(inv_freq.data(), inv_freq.shape(0));
+        nb::gil_scoped_release release;
+        ops::apply_rope(ot.dl, xt.dl, pt.dl, freqs, o);
+      },
+      nb::arg("out"), nb::arg("x"), nb::arg("positions"), nb::arg("inv_freq"), nb::arg("layout"),
+      nb::arg("rotary_dim"), nb::arg("attention_factor"), nb::arg("inverse"), nb::arg("where"));
+}
 
 }  // namespace tokpos::python

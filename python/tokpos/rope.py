@@ -1,3 +1,250 @@
-"""Rotary position embeddings (RoPE)."""
+"""Rotary position embeddings (RoPE).
 
-__all__: list[str] = []
+rope_frequencies gives the inverse frequencies and the attention factor of
+each scaling scheme of transformers' modeling_rope_utils, computed in float64
+by the C++ core (the same code as the C API's tokpos_rope_frequencies).
+docs/positions.md ("RoPE") states every formula.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["ROPE_LAYOUTS", "ROPE_TYPES", "apply_rope", "rope_cos_sin", "rope_frequencies"]
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+ROPE_LAYOUTS = ("half", "interleaved")
+
+_REAL_KEYS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+)
+_LENGTH_KEYS = ("original_max_position_embeddings", "max_position_embeddings")
+_LIST_KEYS = ("short_factor", "long_factor")
+
+
+def _real(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"rope_frequencies: scaling[{name!r}] = {value!r} must be a number")
+    return float(value)
+
+
+def _length(name: str, value) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"rope_frequencies: scaling[{name!r}] = {value!r} must be an integer")
+    return operator.index(value)
+
+
+def _scaling(scaling) -> "_core.RopeScaling":
+    """A Hugging Face rope_scaling / rope_parameters dict as the core's options."""
+    if not isinstance(scaling, dict):
+        raise ValueError(f"rope_frequencies: scaling must be a dict or None, got {type(scaling).__name__}")
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind is None:
+        raise ValueError("rope_frequencies: scaling has no 'rope_type' (or 'type') key")
+    if kind not in ROPE_TYPES:
+        raise ValueError(
+            f"rope_frequencies: rope type {kind!r} is not one of {', '.join(repr(t) for t in ROPE_TYPES)}"
+        )
+    s = _core.RopeScaling()
+    s.type = kind
+    for key in _REAL_KEYS:
+        if scaling.get(key) is not None:
+            setattr(s, key, _real(key, scaling[key]))
+    for key in _LENGTH_KEYS:
+        if scaling.get(key) is not None:
+            setattr(s, key, _length(key, scaling[key]))
+    for key in _LIST_KEYS:
+        if scaling.get(key) is not None:
+            values = scaling[key]
+            if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+                raise ValueError(f"rope_frequencies: scaling[{key!r}] must be a list of numbers")
+            setattr(s, key, [_real(f"{key}[{i}]", v) for i, v in enumerate(values)])
+    if "truncate" in scaling:
+        truncate = scaling["truncate"]
+        if not isinstance(truncate, (bool, np.bool_)):
+            raise ValueError(f"rope_frequencies: scaling['truncate'] = {truncate!r} must be True or False")
+        s.truncate = bool(truncate)
+    return s
+
+
+def rope_frequencies(dim: int, *, base: float | None = None, scaling: dict | None = None, seq_len: int | None = None):
+    """(inv_freq, attention_factor) for rotary dimension dim (even): inv_freq
+    a float64 numpy array of dim // 2 inverse frequencies, attention_factor
+    the float that scales cos and sin (1.0 except for yarn and longrope).
+
+    base: the rope_theta, 10000.0 unless given here or as scaling's
+    "rope_theta" (they must agree when both are given). scaling: a dict
+    spelled as a Hugging Face config's rope_scaling or rope_parameters, its
+    type under "rope_type" or "type" (one of ROPE_TYPES), with the keys that
+    type reads: factor, original_max_position_embeddings,
+    max_position_embeddings (config.max_position_embeddings, which
+    transformers reads from the config itself, goes in the dict here),
+    low_freq_factor, high_freq_factor, beta_fast, beta_slow, mscale,
+    mscale_all_dim, attention_factor, truncate, short_factor, long_factor;
+    other keys are ignored. seq_len: the current sequence length, read by
+    dynamic and longrope. A missing key, an unknown type or a value out of
+    range raises ValueError naming it."""
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise ValueError(f"rope_frequencies: dim must be an integer, got {dim!r}")
+    options = _core.RopeScaling() if scaling is None else _scaling(scaling)
+    theta = None if scaling is None else scaling.get("rope_theta")
+    if theta is not None:
+        theta = _real("rope_theta", theta)
+        if base is not None and float(base) != theta:
+            raise ValueError(f"rope_frequencies: base = {base!r} disagrees with scaling['rope_theta'] = {theta!r}")
+    if base is None:
+        base = 10000.0 if theta is None else theta
+    if isinstance(base, bool) or not isinstance(base, numbers.Real):
+        raise ValueError(f"rope_frequencies: base must be a number, got {base!r}")
+    if seq_len is not None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral):
+            raise ValueError(f"rope_frequencies: seq_len must be an integer or None, got {seq_len!r}")
+        seq_len = operator.index(seq_len)
+    inv_freq, attention_factor = _core.rope_frequencies(operator.index(dim), float(base), options, seq_len)
+    return np.asarray(inv_freq, dtype=np.float64), float(attention_factor)
+
+
+# ---- Application ---------------------------------------------------------------
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+def _tensor(x, name: str, index: bool = False):
+    """numpy arrays and torch tensors pass through (detached); sequences
+    become int64 (index) or float32 arrays."""
+    if isinstance(x, np.ndarray):
+        return x
+    if _is_torch(x):
+        return x.detach() if x.requires_grad else x
+    if isinstance(x, (list, tuple)):
+        return np.asarray(x, dtype=np.int64 if index else np.float32)
+    if hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__"):
+        return x
+    raise ValueError(f"{name} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
+
+
+def _freqs(inv_freq) -> np.ndarray:
+    """inv_freq as a contiguous float64 vector (a small copy when needed)."""
+    if _is_torch(inv_freq):
+        inv_freq = inv_freq.detach().cpu().double().numpy()
+    f = np.ascontiguousarray(np.asarray(inv_freq, dtype=np.float64))
+    if f.ndim != 1:
+        raise ValueError(f"inv_freq must be 1-dimensional, got shape {f.shape}")
+    return f
+
+
+def _empty_like(x):
+    if _is_torch(x):
+        import torch
+
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+    return np.empty(x.shape, dtype=x.dtype)
+
+
+def apply_rope(
+    x,
+    positions,
+    inv_freq,
+    *,
+    layout: str = "half",
+    rotary_dim: int | None = None,
+    attention_factor: float = 1.0,
+    inverse: bool = False,
+    out=None,
+):
+    """Rotary position embedding of x (B, T, H, Dh) with positions (B, T), or
+    x (T, H, Dh) with positions (T): int32 or int64 in [0, 2^31). x is
+    float32, bfloat16 or float16; the math is float32 with exactly reduced
+    angles (cos and sin within 2^-24 of the exact values), rounded once to
+    x's dtype. layout "half" is GPT-NeoX / transformers' rotate_half (pairs
+    i, i + rotary_dim/2), "interleaved" GPT-J / Meta's Llama (pairs 2i, 2i+1).
+    The first rotary_dim = 2 * len(inv_freq) dims of each head rotate, the
+    rest pass through. attention_factor multiplies cos and sin; inverse=True
+    applies the transposed rotation (the backward). out: written and
+    returned (out=x works in place); otherwise a new array in x's framework."""
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"apply_rope: layout = {layout!r} is not one of 'half', 'interleaved'")
+    x = _tensor(x, "x")
+    positions = _tensor(positions, "positions", index=True)
+    freqs = _freqs(inv_freq)
+    if rotary_dim is None:
+        rotary_dim = -1
+    elif isinstance(rotary_dim, bool) or not isinstance(rotary_dim, numbers.Integral) or rotary_dim < 0:
+        raise ValueError(f"apply_rope: rotary_dim = {rotary_dim!r} must be an integer >= 0 or None")
+    if isinstance(attention_factor, bool) or not isinstance(attention_factor, numbers.Real):
+        raise ValueError(f"apply_rope: attention_factor = {attention_factor!r} must be a number")
+    if out is None:
+        out = _empty_like(x)
+    else:
+        out = _tensor(out, "out")
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise ValueError("apply_rope: out is read-only; tokpos writes its result there in place")
+    _core.apply_rope(
+        out, x, positions, freqs, layout, operator.index(rotary_dim), float(attention_factor), bool(inverse),
+        "tokpos.apply_rope",
+    )
+    return out
+
+
+def rope_cos_sin(positions, inv_freq, *, layout: str = "half", attention_factor: float = 1.0, dtype: str = "float32"):
+    """(cos, sin) as transformers' rotary embedding returns them: shape
+    positions.shape + (dim,), dim = 2 * len(inv_freq), with the frequencies
+    repeated as the layout pairs them ("half": cat(freqs, freqs);
+    "interleaved": each twice in a row), times attention_factor. The values
+    are the exactly reduced cos and sin rounded to float32 (the ones
+    apply_rope uses), then to dtype (float32, bfloat16 or float16) as
+    transformers' .to(dtype) does. numpy in, numpy out; torch in, torch out."""
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"rope_cos_sin: layout = {layout!r} is not one of 'half', 'interleaved'")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"rope_cos_sin: dtype = {dtype!r} is not one of 'float32', 'bfloat16', 'float16'")
+    positions = _tensor(positions, "positions", index=True)
+    torch_out = _is_torch(positions) or _is_torch(inv_freq)
+    if torch_out and not _is_torch(positions):
+        import torch
+
+        positions = torch.from_numpy(np.ascontiguousarray(positions))
+    if not torch_out and dtype == "bfloat16":
+        raise ValueError('rope_cos_sin: numpy has no bfloat16: pass torch positions for a bfloat16 result')
+    freqs = _freqs(inv_freq)
+    half = freqs.shape[0]
+    shape = tuple(positions.shape)
+    if len(shape) not in (1, 2):
+        raise ValueError(f"rope_cos_sin: positions must be (T) or (B, T), got shape {shape}")
+    flat = positions.reshape(-1)
+    n = int(flat.shape[0])
+    # Pairs (1, 0) rotate into (cos, sin) exactly: the kernel's own values.
+    unit = np.zeros((n, 1, 2 * half), dtype=np.float32)
+    unit[:, :, :half] = 1.0
+    rotated = np.empty_like(unit)
+    _core.apply_rope(
+        rotated, unit, flat, freqs, "half", -1, float(attention_factor), False, "tokpos.rope_cos_sin"
+    )
+    c, s = rotated[:, 0, :half], rotated[:, 0, half:]
+    if layout == "half":
+        cos, sin = np.concatenate([c, c], axis=-1), np.concatenate([s, s], axis=-1)
+    else:
+        cos, sin = np.repeat(c, 2, axis=-1), np.repeat(s, 2, axis=-1)
+    cos, sin = cos.reshape(shape + (2 * half,)), sin.reshape(shape + (2 * half,))
+    if torch_out:
+        import torch
+
+        cos, sin = torch.from_numpy(cos), torch.from_numpy(sin)
+        return cos.to(getattr(torch, dtype)), sin.to(getattr(torch, dtype))
+    return cos.astype(dtype), sin.astype(dtype)

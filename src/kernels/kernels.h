@@ -151,6 +151,37 @@ struct Source {
 inline constexpr int64_t kRowBlock = 64;
 using IndexAddRowsFn = void(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex);
 
+// ---- RoPE ----------------------------------------------------------------------
+
+// Rotary position embedding of x (B, T, H, D) into out (the same shape and
+// dtype; out may be x itself, element for element): for each (b, t) the
+// position p = pos(b, t) in [0, 2^31), and for each pair i < half (rotary
+// dims 2 * half <= D) the angle p * inv_freq[i] from common/rope_angle.h,
+//   c = float(cos * attention_factor), s = float(sin * attention_factor)
+// (negated s when inverse: the transposed rotation), then in float
+//   out[i0] = x[i0] * c - x[i1] * s,   out[i1] = x[i1] * c + x[i0] * s
+// with (i0, i1) = (i, i + half) for kHalf, (2i, 2i + 1) for kInterleaved,
+// rounded once to out's type; dims past 2 * half are copied. Element
+// (b, t, h, d) is at data + b*sb + t*st + h*sh + d. scratch holds 4 * half
+// floats per thread of ex.threads.
+enum class RopeLayout : int { kHalf = 0, kInterleaved = 1 };
+struct RopeApply {
+  const void* x = nullptr;
+  int64_t xsb = 0, xst = 0, xsh = 0;
+  void* out = nullptr;
+  int64_t osb = 0, ost = 0, osh = 0;
+  DType type = DType::kF32;
+  Index pos;
+  const double* inv_freq = nullptr;
+  int64_t half = 0;
+  int64_t B = 0, T = 0, H = 0, D = 0;
+  RopeLayout layout = RopeLayout::kHalf;
+  double attention_factor = 1.0;
+  bool inverse = false;
+  float* scratch = nullptr;
+};
+using ApplyRopeFn = void(const RopeApply& r, const Exec& ex);
+
 // ---- Back ends -----------------------------------------------------------------
 
 struct KernelTable {
@@ -161,6 +192,7 @@ struct KernelTable {
   ComposeForwardFn* compose_forward;
   ComposeTypedFn* compose_typed;
   IndexAddRowsFn* index_add_rows;
+  ApplyRopeFn* apply_rope;
 };
 
 const KernelTable& reference_kernels();

@@ -181,8 +181,8 @@ View check_tensor(const char* where, const char* name, const DLTensor* t, Role r
   if (role == Role::kOutput || role == Role::kGradient) {
     // No two elements may share memory: sorted by stride, each dimension must
     // step past everything the smaller ones cover.
-    int order[3] = {0, 1, 2};
-    for (int i = 1; i < v.ndim; ++i)  // insertion sort by stride (at most 3 dimensions)
+    int order[4] = {0, 1, 2, 3};
+    for (int i = 1; i < v.ndim; ++i)  // insertion sort by stride (at most 4 dimensions)
       for (int k = i; k > 0 && v.strides[order[k]] < v.strides[order[k - 1]]; --k) std::swap(order[k], order[k - 1]);
     int64_t covered = 1;
     for (int k = 0; k < v.ndim; ++k) {

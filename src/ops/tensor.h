@@ -26,8 +26,8 @@ struct View {
   char* data = nullptr;  // data + byte_offset
   DType dtype = DType::kF32;
   int ndim = 0;
-  int64_t shape[3]{};
-  int64_t strides[3]{};  // in elements
+  int64_t shape[4]{};
+  int64_t strides[4]{};  // in elements
   int64_t numel = 0;
   uintptr_t lo = 0, hi = 0;  // the bytes the view can touch: [lo, hi); empty when numel == 0
   bool present = false;      // false for an optional tensor that was NULL

@@ -6,10 +6,12 @@ namespace cpu {
 void compose_forward(const Gather& g, const Exec& ex);
 void compose_typed(const TypedGather& g, const Exec& ex);
 void index_add_rows(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex);
+void apply_rope(const RopeApply& r, const Exec& ex);
 }  // namespace cpu
 
 const KernelTable& cpu_kernels() {
-  static const KernelTable table{"cpu", 0.0, cpu::compose_forward, cpu::compose_typed, cpu::index_add_rows};
+  static const KernelTable table{"cpu", 0.0, cpu::compose_forward, cpu::compose_typed, cpu::index_add_rows,
+                                 cpu::apply_rope};
   return table;
 }
 

@@ -113,8 +113,11 @@ void index_add_rows_ref(const GradTarget& a, const GradTarget& b, const Source& 
 
 }  // namespace
 
+void apply_rope_ref(const RopeApply& r, const Exec& ex);  // reference/rope.cc
+
 const KernelTable& reference_kernels() {
-  static const KernelTable table{"reference", 0.0, compose_forward_ref, compose_typed_ref, index_add_rows_ref};
+  static const KernelTable table{"reference", 0.0, compose_forward_ref, compose_typed_ref, index_add_rows_ref,
+                                 apply_rope_ref};
   return table;
 }
 

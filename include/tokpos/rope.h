@@ -1,0 +1,101 @@
+// tokpos/rope.h: rotary position embeddings (RoPE).
+//
+// rope_frequencies gives the inverse frequencies inv_freq[i], i < dim/2, and
+// the attention factor of each scaling scheme in transformers'
+// modeling_rope_utils.ROPE_INIT_FUNCTIONS, computed in double
+// (docs/positions.md, "RoPE", states each formula). dim is the rotary
+// dimension (head_dim times partial_rotary_factor).
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "tokpos/export.h"
+#include "tokpos/ops.h"
+
+namespace tokpos {
+
+enum class RopeType : int {
+  kDefault = 0,   // inv_freq[i] = base^(-2i/dim)
+  kLinear = 1,    // default / factor (position interpolation)
+  kDynamic = 2,   // dynamic NTK: base grows with seq_len past max_position_embeddings
+  kYarn = 3,      // YaRN: a ramp between interpolation and extrapolation, and an attention factor
+  kLongrope = 4,  // LongRoPE (Phi-3): per-frequency short or long factors
+  kLlama3 = 5,    // Llama 3.1: low frequencies / factor, high ones kept, a smooth ramp between
+};
+
+// "default", "linear", "dynamic", "yarn", "longrope", "llama3"; anything else
+// is Error(kInvalidArgument) naming it and listing these.
+TOKPOS_API RopeType rope_type_from_name(std::string_view name);
+TOKPOS_API const char* rope_type_name(RopeType type) noexcept;
+
+// The keys of a Hugging Face config's rope_scaling / rope_parameters. An
+// empty optional (an empty vector) is a key the config lacks; a type reads
+// only its own keys and ignores the rest.
+struct RopeScaling {
+  RopeType type = RopeType::kDefault;
+  std::optional<double> factor;
+  std::optional<int64_t> original_max_position_embeddings;
+  std::optional<int64_t> max_position_embeddings;
+  std::optional<double> low_freq_factor, high_freq_factor;  // llama3
+  std::optional<double> beta_fast, beta_slow;                // yarn (0 or absent: 32 and 1)
+  std::optional<double> mscale, mscale_all_dim;              // yarn (0 or absent: unused)
+  std::optional<double> attention_factor;                    // yarn, longrope
+  bool truncate = true;                                      // yarn
+  std::vector<double> short_factor, long_factor;             // longrope, dim/2 each
+};
+
+struct RopeFrequencies {
+  std::vector<double> inv_freq;  // dim / 2 entries
+  double attention_factor = 1.0;
+};
+
+// Throws Error(kInvalidArgument) naming the key, its value and its limit for
+// an odd or non-positive dim, base or factor NaN, infinite or <= 0, a key the
+// type needs and the scaling lacks, beta_fast <= beta_slow, low_freq_factor
+// >= high_freq_factor, short_factor or long_factor of a length other than
+// dim/2, and seq_len < 0. seq_len (the current sequence length) matters to
+// dynamic and longrope only.
+TOKPOS_API RopeFrequencies rope_frequencies(int64_t dim, double base, const RopeScaling& scaling = {},
+                                            std::optional<int64_t> seq_len = std::nullopt);
+
+// ---- Application ----------------------------------------------------------------
+
+// kHalf: GPT-NeoX / transformers' rotate_half, pairs (i, i + rotary_dim/2);
+// kInterleaved: GPT-J / Meta's Llama, pairs (2i, 2i + 1).
+enum class RopeLayout : int { kHalf = 0, kInterleaved = 1 };
+
+struct RopeApplyOptions {
+  RopeLayout layout = RopeLayout::kHalf;
+  // The rotated leading dims of each head: 2 * inv_freq.size(), which any
+  // value >= 0 given here must equal; the dims after it are copied. -1: that.
+  int64_t rotary_dim = -1;
+  double attention_factor = 1.0;  // multiplies cos and sin; finite and > 0
+  bool inverse = false;           // the transposed rotation (the backward)
+  const char* where = nullptr;    // names the caller in messages; nullptr: "apply_rope"
+};
+
+namespace ops {
+
+// out = RoPE(x): x and out (B, T, H, D) with positions (B, T), or (T, H, D)
+// with positions (T); float32, bfloat16 or float16 (out's dtype = x's);
+// positions int32 or int64 in [0, 2^31). For each pair i of the layout,
+// with angle positions[b, t] * inv_freq[i]:
+//   out0 = x0 * c - x1 * s,   out1 = x1 * c + x0 * s
+// in float32, rounded once to the dtype, where c and s are cos and sin of the
+// exactly reduced angle times attention_factor, each within 2^-24 of the
+// exact value when attention_factor is 1 (docs/precision.md). inverse
+// negates s. out may be x itself (in place) but may not overlap it
+// otherwise. inv_freq: finite, |inv_freq[i]| <= 2^20. Throws Error naming
+// the argument, the value and the limit; nothing is written then.
+TOKPOS_API void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& positions,
+                           std::span<const double> inv_freq, const RopeApplyOptions& options = {},
+                           const Context* ctx = nullptr);
+
+}  // namespace ops
+}  // namespace tokpos

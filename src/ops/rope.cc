@@ -1,0 +1,108 @@
+// ops::apply_rope: checks every argument, then runs the back end's kernel.
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/check.h"
+#include "common/rope_angle.h"
+#include "kernels/kernels.h"
+#include "ops/context.h"
+#include "ops/tensor.h"
+#include "tokpos/error.h"
+#include "tokpos/rope.h"
+
+namespace tokpos::ops {
+
+using tokpos::detail::fail;
+
+void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& positions, std::span<const double> inv_freq,
+                const RopeApplyOptions& o, const Context* ctx) {
+  const char* where = o.where ? o.where : "apply_rope";
+  using detail::Role;
+  const detail::View xv = detail::check_tensor(where, "x", &x, Role::kTable, {3, 4});
+  const detail::View ov = detail::check_tensor(where, "out", &out, Role::kOutput, {3, 4});
+  const detail::View pv = detail::check_tensor(where, "positions", &positions, Role::kIndex, {1, 2});
+  if (o.layout != RopeLayout::kHalf && o.layout != RopeLayout::kInterleaved) {
+    fail(Status::kInvalidArgument, where, "layout ", static_cast<int>(o.layout), " is not half (0) or interleaved (1)");
+  }
+  if (ov.dtype != xv.dtype) {
+    fail(Status::kInvalidArgument, where, "out has dtype ", dtype_name(ov.dtype), " but x has ", dtype_name(xv.dtype),
+         "; they must match");
+  }
+  if (ov.ndim != xv.ndim) fail(Status::kShapeMismatch, where, "out has ", ov.ndim, " dimensions but x has ", xv.ndim);
+  detail::check_leading_shape(where, ov, xv, xv.ndim);
+  const bool batched = xv.ndim == 4;
+  if (pv.ndim != xv.ndim - 2) {
+    fail(Status::kShapeMismatch, where, "positions has ", pv.ndim, " dimensions; x with ", xv.ndim,
+         " dimensions needs ", xv.ndim - 2, batched ? " (B, T)" : " (T)");
+  }
+  detail::check_leading_shape(where, pv, xv, pv.ndim);
+  // In place is out == x element for element; any other overlap is an error.
+  const bool same = ov.data == xv.data && [&] {
+    for (int i = 0; i < xv.ndim; ++i) {
+      if (xv.shape[i] > 1 && ov.strides[i] != xv.strides[i]) return false;
+    }
+    return true;
+  }();
+  if (!same) detail::check_no_overlap(where, ov, xv);
+  detail::check_no_overlap(where, ov, pv);
+  const int64_t B = batched ? xv.shape[0] : 1, T = xv.shape[batched ? 1 : 0];
+  const int64_t H = xv.shape[xv.ndim - 2], D = xv.shape[xv.ndim - 1];
+  const auto half = static_cast<int64_t>(inv_freq.size());
+  const int64_t rotary = o.rotary_dim < 0 ? 2 * half : o.rotary_dim;
+  if (rotary != 2 * half) {
+    fail(Status::kInvalidArgument, where, "rotary_dim = ", rotary, " must be 2 * len(inv_freq) = ", 2 * half);
+  }
+  if (rotary > D) fail(Status::kInvalidArgument, where, "rotary_dim = ", rotary, " must be <= the head dim ", D);
+  if (!(o.attention_factor > 0) || !std::isfinite(o.attention_factor)) {
+    fail(Status::kInvalidArgument, where, "attention_factor = ", o.attention_factor, " must be finite and > 0");
+  }
+  for (int64_t i = 0; i < half; ++i) {
+    const double w = inv_freq[static_cast<size_t>(i)];
+    if (!(std::fabs(w) <= tokpos::detail::kRopeMaxFrequency)) {
+      fail(Status::kInvalidArgument, where, "inv_freq[", i, "] = ", w, " must be finite with |inv_freq| <= 2^20");
+    }
+  }
+  kernels::Index pos{pv.data, pv.dtype, batched ? pv.strides[0] : 0, pv.strides[pv.ndim - 1]};
+  if (pv.numel > 0) {
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t p = pos.at(b, t);
+        if (p < 0 || p >= tokpos::detail::kRopeMaxPosition) {
+          fail(Status::kPositionOutOfRange, where, "position ", p, " at (b=", b, ", t=", t,
+               ") is outside [0, 2^31 = ", tokpos::detail::kRopeMaxPosition, ")");
+        }
+      }
+    }
+  }
+  if (xv.numel == 0) return;
+  const kernels::Exec ex = detail::exec_for(ctx);
+  std::vector<float> scratch(static_cast<size_t>(ex.threads) * 4 * static_cast<size_t>(half));
+  kernels::RopeApply r;
+  const int first = batched ? 0 : -1;
+  auto stride = [](const detail::View& v, int i) { return i < 0 ? int64_t{0} : v.strides[i]; };
+  r.x = xv.data;
+  r.xsb = stride(xv, first);
+  r.xst = stride(xv, first + 1);
+  r.xsh = stride(xv, first + 2);
+  r.out = ov.data;
+  r.osb = stride(ov, first);
+  r.ost = stride(ov, first + 1);
+  r.osh = stride(ov, first + 2);
+  r.type = xv.dtype;
+  r.pos = pos;
+  r.inv_freq = inv_freq.data();
+  r.half = half;
+  r.B = B;
+  r.T = T;
+  r.H = H;
+  r.D = D;
+  r.layout = o.layout == RopeLayout::kHalf ? kernels::RopeLayout::kHalf : kernels::RopeLayout::kInterleaved;
+  r.attention_factor = o.attention_factor;
+  r.inverse = o.inverse;
+  r.scratch = scratch.data();
+  detail::kernels_for(ctx).apply_rope(r, ex);
+}
+
+}  // namespace tokpos::ops
