@@ -194,6 +194,11 @@ TEST(Positions, RobertaByHandAndAgainstTheLoop) {
                {"padding_idx = -1"});
   expect_error([&] { tokpos::roberta_position_ids(ids.p(), 1, -2, out.p()); }, Status::kInvalidArgument,
                {"past_length = -2"});
+  // A result past int32 in an int32 out: named, nothing written.
+  Tn<int32_t> small(std::vector<int32_t>(5, -7), {5});
+  expect_error([&] { tokpos::roberta_position_ids(ids.p(), 2147483647, 0, small.p()); },
+               Status::kInvalidArgument, {"out is int32 and value 2147483648 at index 0", "use int64"});
+  EXPECT_EQ(small.v, std::vector<int32_t>(5, -7));
 }
 
 TEST(Positions, PackedByHand) {
