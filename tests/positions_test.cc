@@ -232,6 +232,28 @@ TEST(Positions, BadCuSeqlensNameTheIndexAndValues) {
   EXPECT_EQ(out.v, std::vector<int64_t>(5, -7));
 }
 
+TEST(Positions, AnOutputThatOverlapsItselfIsRefused) {
+  Tn<int64_t> cu({0, 3}, {2});
+  Tn<int64_t> out(std::vector<int64_t>(3, -7), {3});
+  std::vector<int64_t> zero{0};
+  out.dl.strides = zero.data();  // three elements, one address
+  expect_error([&] { tokpos::packed_position_ids(cu.p(), 0, out.p()); }, Status::kInvalidArgument,
+               {"out strides make its elements overlap", "stride 0"});
+  Tn<int64_t> mask({1, 1, 1, 1}, {2, 2});
+  Tn<int64_t> rows(std::vector<int64_t>(4, -7), {2, 2});
+  std::vector<int64_t> same_rows{0, 1};
+  rows.dl.strides = same_rows.data();
+  expect_error([&] { tokpos::position_ids_from_mask(mask.p(), rows.p()); }, Status::kInvalidArgument,
+               {"out strides make its elements overlap", "dimension 0"});
+  EXPECT_EQ(out.v, std::vector<int64_t>(3, -7));
+  EXPECT_EQ(rows.v, std::vector<int64_t>(4, -7));
+  // Transposed strides are fine.
+  std::vector<int64_t> transposed{1, 2};
+  rows.dl.strides = transposed.data();
+  tokpos::position_ids_from_mask(mask.p(), rows.p());
+  EXPECT_EQ(rows.v, (std::vector<int64_t>{0, 0, 1, 1}));
+}
+
 TEST(Positions, CuSeqlensFromPositionIds) {
   // Documents start at 0, where a position repeats (5 after 1 is a jump) and
   // where it falls back.

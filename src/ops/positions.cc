@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "common/check.h"
 #include "common/convert.h"
@@ -68,6 +69,24 @@ void write_index(const char* where, const View& out, const std::vector<int64_t>&
     } else {
       std::memcpy(p, &values[n], sizeof values[n]);
     }
+  }
+}
+
+// An index output's elements must not share memory (a stride of 0, or rows
+// that overlap), or the result would depend on the order of the writes.
+void check_distinct(const char* where, const View& out) {
+  if (out.numel == 0) return;
+  int order[2] = {0, 1};
+  if (out.ndim == 2 && out.strides[1] > out.strides[0]) std::swap(order[0], order[1]);
+  int64_t covered = 1;
+  for (int k = out.ndim - 1; k >= 0; --k) {
+    const int i = out.ndim == 2 ? order[k] : 0;
+    if (out.shape[i] <= 1) continue;
+    if (out.strides[i] < covered) {
+      fail(Status::kInvalidArgument, where, out.name, " strides make its elements overlap (dimension ", i,
+           ": size ", out.shape[i], ", stride ", out.strides[i], "); an output must not overlap itself");
+    }
+    covered = out.strides[i] * out.shape[i];
   }
 }
 
@@ -156,6 +175,7 @@ void position_ids_from_mask(const DLTensor* mask, const DLTensor* out) {
   constexpr const char* kWhere = "position_ids_from_mask";
   const View m = check_tensor(kWhere, "attention_mask", mask, Role::kIndex, {2});
   const View o = check_tensor(kWhere, "out", out, Role::kIndex, {2});
+  check_distinct(kWhere, o);
   if (o.shape[0] != m.shape[0]) {
     fail(Status::kShapeMismatch, kWhere, "out has ", o.shape[0], " rows, attention_mask has ", m.shape[0]);
   }
@@ -189,6 +209,7 @@ void roberta_position_ids(const DLTensor* ids, int64_t padding_idx, int64_t past
   detail::check_at_least(kWhere, "past_length", past_length, 0);
   const View x = check_tensor(kWhere, "input_ids", ids, Role::kIndex, {1, 2});
   const View o = check_tensor(kWhere, "out", out, Role::kIndex, {1, 2});
+  check_distinct(kWhere, o);
   if (o.ndim != x.ndim || o.shape[0] != x.shape[0] || (x.ndim == 2 && o.shape[1] != x.shape[1])) {
     fail(Status::kShapeMismatch, kWhere, "out must have the shape of input_ids");
   }
@@ -214,6 +235,7 @@ void packed_position_ids(const DLTensor* cu_seqlens, int64_t start, const DLTens
   detail::check_at_least(kWhere, "start", start, 0);
   const View cu = check_tensor(kWhere, "cu_seqlens", cu_seqlens, Role::kIndex, {1});
   const View o = check_tensor(kWhere, "out", out, Role::kIndex, {1});
+  check_distinct(kWhere, o);
   if (cu.shape[0] < 1) fail(Status::kInvalidArgument, kWhere, "cu_seqlens is empty; it needs at least [0]");
   check_no_overlap(kWhere, o, cu);
   const int64_t first = at1(cu, 0);
@@ -265,6 +287,7 @@ void cu_seqlens_from_position_ids(const DLTensor* position_ids, const DLTensor* 
   View p;
   std::vector<int64_t> values = document_starts(kWhere, position_ids, &p);
   const View o = check_tensor(kWhere, "out", out, Role::kIndex, {1});
+  check_distinct(kWhere, o);
   const auto want = static_cast<int64_t>(values.size()) + 1;
   if (o.shape[0] != want) {
     fail(Status::kShapeMismatch, kWhere, "out has ", o.shape[0], " elements; position_ids holds ",
