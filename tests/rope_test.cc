@@ -119,6 +119,17 @@ TEST(RopeFrequencies, Yarn) {
   EXPECT_NEAR(r.attention_factor, static_cast<double>(m1 / m2), 1e-15);
   s.attention_factor = 0.5;
   EXPECT_EQ(tokpos::rope_frequencies(64, 10000.0, s).attention_factor, 0.5);
+  // A factor unlike the ratio of the lengths wins; without one, the ratio.
+  RopeScaling f;
+  f.type = RopeType::kYarn;
+  f.factor = 8.0;
+  f.original_max_position_embeddings = 4096;
+  f.max_position_embeddings = 163840;
+  const auto rf = tokpos::rope_frequencies(64, 10000.0, f);
+  expect_close(rf.inv_freq, ref_yarn(64, 10000, 8, 4096, 32, 1, true), 1e-13);
+  EXPECT_NEAR(rf.attention_factor, 0.1 * std::log(8.0) + 1.0, 1e-15);
+  f.factor.reset();
+  expect_close(tokpos::rope_frequencies(64, 10000.0, f).inv_freq, ref_yarn(64, 10000, 40, 4096, 32, 1, true), 1e-13);
   // beta 0 stands for the default, as transformers' "or".
   RopeScaling z;
   z.type = RopeType::kYarn;

@@ -64,18 +64,32 @@ void check_factors(const char* name, const std::vector<double>& v, int64_t half)
   }
 }
 
+// The pretraining length: original_max_position_embeddings, or
+// max_position_embeddings when the scaling lacks it (as transformers'
+// standardize_rope_params fills it in).
+int64_t pretrained_length(RopeType t, const RopeScaling& s) {
+  if (s.original_max_position_embeddings) {
+    return need_count(t, "original_max_position_embeddings", s.original_max_position_embeddings);
+  }
+  return need_count(t, "max_position_embeddings", s.max_position_embeddings);
+}
+
+// factor, or without it max_position_embeddings / original_max_position_embeddings
+// (DeepSeek-V3's and Phi-3's configs give the two lengths).
+double factor_or_ratio(RopeType t, const RopeScaling& s, int64_t original) {
+  if (s.factor) return positive("factor", *s.factor);
+  if (!s.max_position_embeddings || !s.original_max_position_embeddings) {
+    bad(detail::cat(rope_type_name(t), " scaling needs 'factor' (or both 'max_position_embeddings' and "
+                    "'original_max_position_embeddings', whose ratio it then is)"));
+  }
+  const int64_t extended = need_count(t, "max_position_embeddings", s.max_position_embeddings);
+  return static_cast<double>(extended) / static_cast<double>(original);
+}
+
 RopeFrequencies yarn(int64_t dim, double base, const RopeScaling& s) {
   const RopeType t = RopeType::kYarn;
-  double factor = need_positive(t, "factor", s.factor);
-  int64_t original = 0;
-  if (s.original_max_position_embeddings) {
-    // DeepSeek-V3's convention: the factor is the ratio of the two lengths.
-    original = need_count(t, "original_max_position_embeddings", s.original_max_position_embeddings);
-    const int64_t extended = need_count(t, "max_position_embeddings", s.max_position_embeddings);
-    factor = static_cast<double>(extended) / static_cast<double>(original);
-  } else {
-    original = need_count(t, "max_position_embeddings", s.max_position_embeddings);
-  }
+  const int64_t original = pretrained_length(t, s);
+  const double factor = factor_or_ratio(t, s, original);
   if (base == 1.0) bad("yarn scaling needs base != 1 (its correction range divides by log(base))");
   RopeFrequencies r;
   if (s.attention_factor) {
@@ -122,22 +136,12 @@ RopeFrequencies longrope(int64_t dim, double base, const RopeScaling& s, std::op
   if (s.long_factor.empty()) bad("longrope scaling needs 'long_factor'");
   check_factors("short_factor", s.short_factor, half);
   check_factors("long_factor", s.long_factor, half);
-  std::optional<double> factor;
-  if (s.factor) factor = positive("factor", *s.factor);
-  int64_t original = 0;
-  if (s.original_max_position_embeddings) {
-    // Phi-3's convention: the factor is the ratio of the two lengths.
-    original = need_count(t, "original_max_position_embeddings", s.original_max_position_embeddings);
-    const int64_t extended = need_count(t, "max_position_embeddings", s.max_position_embeddings);
-    factor = static_cast<double>(extended) / static_cast<double>(original);
-  } else {
-    original = need_count(t, "max_position_embeddings", s.max_position_embeddings);
-  }
+  const int64_t original = pretrained_length(t, s);
   RopeFrequencies r;
   if (s.attention_factor) {
     r.attention_factor = positive("attention_factor", *s.attention_factor);
   } else {
-    const double f = need(t, "factor", factor);
+    const double f = factor_or_ratio(t, s, original);
     if (f > 1.0 && original < 2) {
       bad(detail::cat("original_max_position_embeddings = ", original,
                       " must be >= 2 (the attention factor divides by its log)"));

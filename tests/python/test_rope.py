@@ -26,12 +26,10 @@ def ref_dynamic(dim, base, factor, max_pos, seq_len):
 
 
 def ref_yarn(dim, base, cfg):
-    factor = cfg["factor"]
-    if "original_max_position_embeddings" in cfg:
-        original = cfg["original_max_position_embeddings"]
+    original = cfg.get("original_max_position_embeddings", cfg["max_position_embeddings"])
+    factor = cfg.get("factor")
+    if factor is None:
         factor = cfg["max_position_embeddings"] / original
-    else:
-        original = cfg["max_position_embeddings"]
 
     def get_mscale(scale, mscale=1):
         return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
@@ -62,12 +60,10 @@ def ref_yarn(dim, base, cfg):
 
 
 def ref_longrope(dim, base, cfg, seq_len):
+    original = cfg.get("original_max_position_embeddings", cfg["max_position_embeddings"])
     factor = cfg.get("factor")
-    if "original_max_position_embeddings" in cfg:
-        original = cfg["original_max_position_embeddings"]
+    if factor is None:
         factor = cfg["max_position_embeddings"] / original
-    else:
-        original = cfg["max_position_embeddings"]
     attention_factor = cfg.get("attention_factor")
     if attention_factor is None:
         attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
@@ -128,6 +124,10 @@ YARN_CONFIGS = [
     },
     {"rope_type": "yarn", "factor": 8.0, "max_position_embeddings": 8192, "mscale": 0.707, "mscale_all_dim": 1.0},
     {"rope_type": "yarn", "factor": 8.0, "max_position_embeddings": 8192, "attention_factor": 0.9},
+    # factor given and unlike the ratio of the lengths: the factor wins
+    {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096, "max_position_embeddings": 163840},
+    # no factor: the ratio of the lengths
+    {"rope_type": "yarn", "original_max_position_embeddings": 4096, "max_position_embeddings": 65536},
 ]
 
 
@@ -141,7 +141,7 @@ def test_yarn(cfg, dim, base):
 
 
 @pytest.mark.parametrize("seq_len", [None, 4096, 4097, 100000])
-@pytest.mark.parametrize("with_original", [True, False])
+@pytest.mark.parametrize("with_original", [True, False, "and factor"])
 def test_longrope(seq_len, with_original):
     dim = 96  # Phi-3-mini's head dim
     rng = np.random.default_rng(3)
@@ -153,6 +153,8 @@ def test_longrope(seq_len, with_original):
     }
     if with_original:
         cfg["original_max_position_embeddings"] = 4096
+        if with_original == "and factor":
+            cfg["factor"] = 2.0
     else:
         cfg["max_position_embeddings"] = 4096
         cfg["factor"] = 32.0
