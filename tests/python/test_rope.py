@@ -3,7 +3,9 @@ modeling_rope_utils formulas written out here for every rope type."""
 
 from __future__ import annotations
 
+import json
 import math
+import pathlib
 from fractions import Fraction
 
 import numpy as np
@@ -366,3 +368,28 @@ def test_torch_matches_rotate_half_in_float64():
     cos_t, sin_t = tokpos.rope_cos_sin(positions, inv, dtype="bfloat16")
     assert cos_t.dtype == torch.bfloat16 and cos_t.shape == (B, T, D)
     torch.testing.assert_close(cos_t.double(), emb.cos().to(torch.bfloat16).double(), rtol=0, atol=2.0**-8)
+
+
+# ---- Golden vectors from transformers (tools/make_rope_golden.py) -------------
+
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "data" / "golden" / "rope.json"
+
+
+def _golden():
+    return json.loads(GOLDEN.read_text())
+
+
+@pytest.mark.parametrize("case", _golden()["frequencies"], ids=lambda c: f"{c['scaling']['rope_type']}-{c['seq_len']}")
+def test_frequencies_match_transformers(case):
+    inv, af = tokpos.rope_frequencies(case["dim"], base=case["base"], scaling=case["scaling"], seq_len=case["seq_len"])
+    # transformers computes in float32: a few float32 ulps apart.
+    np.testing.assert_allclose(inv, case["inv_freq"], rtol=2e-6, atol=0)
+    assert af == pytest.approx(case["attention_factor"], rel=1e-7)
+
+
+def test_apply_matches_transformers_llama():
+    case = _golden()["apply"][0]
+    x = np.asarray(case["x"], dtype=np.float32)
+    out = tokpos.apply_rope(x, np.asarray(case["positions"], dtype=np.int64), case["inv_freq"], layout=case["layout"])
+    # Positions below 256: transformers' float32 angles are off by at most 256 * 2^-24 rad.
+    np.testing.assert_allclose(out, np.asarray(case["out"], dtype=np.float32), rtol=0, atol=2e-5)
