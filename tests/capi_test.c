@@ -182,8 +182,41 @@ static void table_ex_checks(void) {
             TOKPOS_INVALID_ARGUMENT);
 }
 
+/* RoPE from C: the frequencies of a Llama 3.1 scaling, and a rotation of
+ * pairs (1, 0), which come out as (cos, sin) of position * inv_freq. */
+static void rope_checks(void) {
+  tokpos_rope_scaling s;
+  double inv[4], af = 0.0;
+  tokpos_rope_scaling_init(&s);
+  CHECK("rope default frequencies", tokpos_rope_frequencies(inv, &af, 8, 10000.0, &s, 0) == TOKPOS_OK &&
+                                        inv[0] == 1.0 && fabs(inv[1] - 0.1) < 1e-15 &&
+                                        fabs(inv[3] - 0.001) < 1e-15 && af == 1.0);
+  s.type = TOKPOS_ROPE_LLAMA3;
+  s.factor = 8.0;
+  s.low_freq_factor = 1.0;
+  s.high_freq_factor = 4.0;
+  CHECK("rope llama3 without original_max_position_embeddings is an error",
+        tokpos_rope_frequencies(inv, &af, 8, 500000.0, &s, 0) == TOKPOS_INVALID_ARGUMENT &&
+            strstr(tokpos_last_error(), "original_max_position_embeddings") != NULL);
+  {
+    float x[3 * 1 * 4] = {1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0}, out[12];
+    int64_t pos[3] = {0, 1, 1000000};
+    int64_t xshape[3] = {3, 1, 4}, pshape[1] = {3};
+    const double freqs[2] = {1.0, 0.01};
+    DLTensor xt = {x, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, xshape, NULL, 0};
+    DLTensor ot = {out, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, xshape, NULL, 0};
+    DLTensor pt = {pos, {kDLCPU, 0}, 1, {kDLInt, 64, 1}, pshape, NULL, 0};
+    const tokpos_status st = tokpos_op_apply_rope(&ot, &xt, &pt, freqs, 2, TOKPOS_ROPE_HALF, -1, 1.0, 0);
+    CHECK("rope apply", st == TOKPOS_OK);
+    CHECK("rope apply: (cos, sin) of p * w", out[0] == 1.0f && out[2] == 0.0f && out[4] == (float)cos(1.0) &&
+                                                 out[6] == (float)sin(1.0) && out[9] == (float)cos(10000.0) &&
+                                                 out[11] == (float)sin(10000.0));
+  }
+}
+
 int main(void) {
   fill_table();
+  rope_checks();
   lab_checks();
   compose_checks();
   handle_checks();

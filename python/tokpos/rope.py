@@ -169,7 +169,9 @@ def apply_rope(
     out=None,
 ):
     """Rotary position embedding of x (B, T, H, Dh) with positions (B, T), or
-    x (T, H, Dh) with positions (T): int32 or int64 in [0, 2^31). x is
+    x (T, H, Dh) with positions (T): int32 or int64 in [0, 2^31). (A
+    transformers-style (B, H, T, Dh) tensor goes in as x.transpose(1, 2), a
+    view: any strides with a unit innermost one are read in place.) x is
     float32, bfloat16 or float16; the math is float32 with exactly reduced
     angles (cos and sin within 2^-24 of the exact values), rounded once to
     x's dtype. layout "half" is GPT-NeoX / transformers' rotate_half (pairs
