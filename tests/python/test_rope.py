@@ -393,3 +393,15 @@ def test_apply_matches_transformers_llama():
     out = tokpos.apply_rope(x, np.asarray(case["positions"], dtype=np.int64), case["inv_freq"], layout=case["layout"])
     # Positions below 256: transformers' float32 angles are off by at most 256 * 2^-24 rad.
     np.testing.assert_allclose(out, np.asarray(case["out"], dtype=np.float32), rtol=0, atol=2e-5)
+
+
+def test_transposed_views_and_in_place_on_them():
+    q = _data((2, 4, 6, 16), 8)  # (B, H, T, D), as transformers holds q
+    positions = np.arange(6, dtype=np.int64)[None].repeat(2, 0) * 977
+    inv, _ = tokpos.rope_frequencies(16)
+    view = q.transpose(0, 2, 1, 3)  # (B, T, H, D), strided
+    want = ref_rotate(view, positions, inv, "half")
+    out = tokpos.apply_rope(view, positions, inv)
+    np.testing.assert_allclose(out, want, rtol=0, atol=8 * 2.0**-24 * 2)
+    tokpos.apply_rope(view, positions, inv, out=view)
+    np.testing.assert_array_equal(q.transpose(0, 2, 1, 3), out)
