@@ -590,7 +590,8 @@ std::string raw_exchange(int port, const std::string& bytes, bool half = false) 
 
 TEST_F(Serve, MalformedRequestsNeverStopTheServer) {
   const int port = server_->port();
-  const std::string garbage("\x00\xff\xfe garbage \x01\x02\r\n\r\n", 20);
+  static constexpr char kGarbage[] = "\x00\xff\xfe garbage \x01\x02\r\n\r\n";
+  const std::string garbage(kGarbage, sizeof kGarbage - 1);  // the bytes, NUL included, without the terminator
   EXPECT_NE(raw_exchange(port, garbage).find("400"), std::string::npos);
   EXPECT_NE(raw_exchange(port, "GET / HTTP/9.9\r\n\r\n").find("HTTP/1.1"), std::string::npos);
   EXPECT_NE(raw_exchange(port, "GET\r\n\r\n").find("400"), std::string::npos);
