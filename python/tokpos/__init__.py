@@ -23,6 +23,11 @@ import operator
 import numpy as np
 
 from . import _core
+from ._arrays import count as _count
+from ._arrays import dtype_name as _dtype_name
+from ._arrays import empty as _empty
+from ._arrays import framework as _framework
+from ._arrays import is_torch as _is_torch
 from .positions import *  # noqa: F401,F403  (position ids, ALiBi)
 from .rope import *  # noqa: F401,F403  (RoPE)
 from .positions import __all__ as _positions_all
@@ -47,18 +52,6 @@ DTYPES = ("float32", "float16", "bfloat16")
 FRAMEWORKS = ("numpy", "torch")
 
 
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
-
-
-def _count(name: str, value, minimum: int) -> int:
-    """An integer argument >= minimum, or ValueError naming it and the limit."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    value = operator.index(value)
-    if value < minimum:
-        raise ValueError(f"{name} = {value} must be >= {minimum}")
-    return value
 
 
 def _choice(name: str, value, allowed) -> str:
@@ -108,13 +101,6 @@ def pe_sinusoidal(pos: int, dim: int, hidden_dim: int) -> float:
     return _core.pe_sinusoidal(operator.index(pos), operator.index(dim), operator.index(hidden_dim))
 
 
-def _empty(shape, dtype: str, framework: str):
-    if framework == "torch":
-        import torch
-
-        return torch.empty(shape, dtype=getattr(torch, dtype))
-    return np.empty(shape, dtype=np.dtype(dtype))
-
 
 def sinusoidal_table(
     max_context: int,
@@ -149,13 +135,6 @@ def sinusoidal_table(
     return out
 
 
-def _framework(*arrays) -> str:
-    return "torch" if any(_is_torch(a) for a in arrays if a is not None) else "numpy"
-
-
-def _dtype_name(x) -> str:
-    name = str(x.dtype)
-    return name[len("torch."):] if name.startswith("torch.") else name
 
 
 def compose(ids, token_table, pos_table=None, *, position_ids=None, start: int = 0, out=None):

@@ -9,11 +9,14 @@ is and its limit.
 from __future__ import annotations
 
 import numbers
-import operator
 
 import numpy as np
 
 from . import _core
+from ._arrays import count as _count
+from ._arrays import dtype_name as _dtype_name
+from ._arrays import framework as _framework
+from ._arrays import is_torch as _is_torch
 
 __all__ = [
     "position_ids_from_mask",
@@ -24,29 +27,8 @@ __all__ = [
     "alibi_bias",
 ]
 
-# This module is imported while tokpos/__init__ runs, so its helpers are its own.
 
 
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
-
-
-def _framework(*arrays) -> str:
-    return "torch" if any(_is_torch(a) for a in arrays if a is not None) else "numpy"
-
-
-def _count(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    value = operator.index(value)
-    if value < minimum:
-        raise ValueError(f"{name} = {value} must be >= {minimum}")
-    return value
-
-
-def _dtype_name(x) -> str:
-    name = str(x.dtype)
-    return name[len("torch."):] if name.startswith("torch.") else name
 
 
 def _index_array(x, name: str):

@@ -14,6 +14,7 @@ import operator
 import numpy as np
 
 from . import _core
+from ._arrays import is_torch as _is_torch
 
 __all__ = ["ROPE_LAYOUTS", "ROPE_TYPES", "apply_rope", "rope_cos_sin", "rope_frequencies"]
 
@@ -120,9 +121,6 @@ def rope_frequencies(dim: int, *, base: float | None = None, scaling: dict | Non
 
 # ---- Application ---------------------------------------------------------------
 
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
 
 
 def _tensor(x, name: str, index: bool = False):
