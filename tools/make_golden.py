@@ -8,6 +8,10 @@ than every float32 reference (it prints both errors).
 
 Needs torch and numpy (pip install torch numpy); run once, commit the output:
     python3 tools/make_golden.py
+With transformers installed it also runs tools/make_rope_golden.py, which
+writes rope.json and alibi.json from transformers' own functions (each
+ROPE_INIT_FUNCTIONS entry, apply_rotary_pos_emb, BLOOM's build_alibi_tensor);
+without it those two files stay as committed.
 Each builder below follows its project's source (named in docs/layouts.md).
 """
 import json
@@ -132,6 +136,17 @@ def main():
         json.dump(dict(generator="tools/make_golden.py", torch=torch.__version__, numpy=np.__version__,
                        tables=manifest), f, indent=1)
     print(f"wrote {len(manifest)} tables to {os.path.normpath(OUT)} with torch {torch.__version__}")
+    try:
+        import transformers  # noqa: F401 - only its presence is checked here
+    except ImportError:
+        print("transformers is not installed: rope.json and alibi.json left as they are")
+        return 0
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_rope_golden
+
+    make_rope_golden.main()
+    print(f"wrote rope.json and alibi.json with transformers {transformers.__version__}")
+    return 0
 
 
 if __name__ == "__main__":

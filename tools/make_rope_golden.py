@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden RoPE vectors from transformers itself.
+"""Golden RoPE and ALiBi vectors from transformers itself.
 
 Writes tests/data/golden/rope.json: for each scaling type, the inverse
 frequencies and attention factor of transformers'
@@ -9,9 +9,15 @@ application of transformers' Llama apply_rotary_pos_emb (rotate_half) in
 float32 at small positions. tests/python/test_rope.py compares tokpos with
 them within float32 rounding, without needing transformers.
 
+Writes tests/data/golden/alibi.json: BLOOM's ALiBi slopes
+(modeling_bloom._get_alibi_slopes, computed there in float32) for several
+head counts, and build_alibi_tensor's output for an attention mask with
+padding. tests/python/test_positions_golden.py compares tokpos with them.
+
 Needs torch, numpy and transformers (pip install transformers); run once,
 commit the output:
     python3 tools/make_rope_golden.py
+(tools/make_golden.py runs it too when transformers is installed.)
 """
 import json
 import os
@@ -21,9 +27,16 @@ import torch
 import transformers
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.bloom.modeling_bloom import _get_alibi_slopes, build_alibi_tensor
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "golden", "rope.json")
+GOLDEN = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "golden")
+OUT = os.path.join(GOLDEN, "rope.json")
+ALIBI_OUT = os.path.join(GOLDEN, "alibi.json")
+ALIBI_HEADS = (1, 2, 3, 5, 8, 12, 16, 24, 32, 40, 64, 112)
+# Left padding, right padding, a pad in the middle, and no padding.
+ALIBI_MASK = [[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0], [1, 1, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]]
+ALIBI_TENSOR_HEADS = (3, 8, 12)
 
 
 def frequencies(dim, base, scaling, seq_len):
@@ -87,6 +100,27 @@ def main():
     out["apply"].append({"layout": "half", "inv_freq": inv, "positions": positions[0].tolist(),
                          "x": q[0].transpose(0, 1).tolist(), "out": rotated[0].transpose(0, 1).tolist()})
     with open(OUT, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    alibi()
+
+
+def alibi():
+    """BLOOM's float32 slopes, and build_alibi_tensor (float32) reshaped to
+    (B, H, S): slope_h * ((cumsum(mask) - 1) * mask)[b, j]."""
+    out = {"transformers": transformers.__version__, "slopes": [], "tensors": []}
+    for heads in ALIBI_HEADS:
+        slopes = _get_alibi_slopes(heads, torch.device("cpu"))
+        assert slopes.dtype == torch.float32 and slopes.shape == (heads,), (heads, slopes.dtype, slopes.shape)
+        out["slopes"].append({"num_heads": heads, "dtype": "float32", "slopes": [float(v) for v in slopes]})
+    mask = torch.tensor(ALIBI_MASK, dtype=torch.int64)
+    for heads in ALIBI_TENSOR_HEADS:
+        t = build_alibi_tensor(mask, heads, torch.float32)
+        B, S = mask.shape
+        assert t.shape == (B * heads, 1, S), t.shape
+        out["tensors"].append({"num_heads": heads, "dtype": "float32", "attention_mask": ALIBI_MASK,
+                               "alibi": t.reshape(B, heads, S).tolist()})
+    with open(ALIBI_OUT, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
 
