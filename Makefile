@@ -57,6 +57,7 @@ bench: build bench-deps python
 	python3 bench/table_vs_torch.py
 	python3 bench/side_by_side.py
 	$(BUILD)/venv/bin/python bench/python_side_by_side.py
+	$(BUILD)/venv/bin/python bench/rope_side_by_side.py
 
 bench-deps:
 	@python3 -c "import torch, numpy" 2>/dev/null || { echo "bench: installing torch and numpy with pip"; python3 -m pip install torch numpy; }
