@@ -1,4 +1,5 @@
-"""What the benchmark scripts print about the machine they ran on."""
+"""What the benchmark scripts share in their reports: the machine they ran
+on, and how times and ratios are printed."""
 
 import platform
 
@@ -14,3 +15,17 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def fmt_time(seconds) -> str:
+    """A median as "12.3 us" below a millisecond, else "4.56 ms"; None is "-"."""
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def fmt_ratio(r) -> str:
+    """A speedup as "1.59x"; None is "-"."""
+    return "-" if r is None else f"{r:.2f}x"

@@ -34,7 +34,7 @@ import statistics
 import sys
 import time
 
-from machine import cpu_model  # bench/machine.py
+from machine import cpu_model, fmt_ratio, fmt_time  # bench/machine.py
 
 SHAPES = {
     "gpt2": dict(V=50257, D=768, L=1024, B=8, T=1024, label="GPT-2 small"),
@@ -50,18 +50,6 @@ TARGET_FWD_VS_COMPILE = 1.5
 TARGET_BWD_VS_EAGER = 10.0
 TARGET_DECODE_VS_EAGER = 1.0
 
-
-
-def fmt_time(seconds) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
-    return f"{seconds * 1e3:.2f} ms"
-
-
-def fmt_ratio(r) -> str:
-    return "-" if r is None else f"{r:.2f}x"
 
 
 def parse_list(text: str, allowed=None, kind=str):

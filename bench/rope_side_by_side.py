@@ -38,7 +38,7 @@ import statistics
 import sys
 import time
 
-from machine import cpu_model  # bench/machine.py
+from machine import cpu_model, fmt_ratio, fmt_time  # bench/machine.py
 
 SHAPES = {
     "llama2-7b": dict(B=1, T=4096, H=32, D=128, label="Llama-2-7B q, one 4096-token sequence"),
@@ -88,18 +88,6 @@ def exact_cos_sin(torch, inv_freq, positions):
     freqs = positions.double()[:, :, None] * inv_freq.double()[None, None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().float(), emb.sin().float()
-
-
-def fmt_time(seconds) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
-    return f"{seconds * 1e3:.2f} ms"
-
-
-def fmt_ratio(r) -> str:
-    return "-" if r is None else f"{r:.2f}x"
 
 
 def time_round_robin(calls, repeats, warmup):

@@ -642,18 +642,9 @@ class EmbeddingComposer(nn.Module):
 # gradient.
 
 
-@torch.library.custom_op("tokpos::apply_rope", mutates_args=(), device_types="cpu")
-def _apply_rope_op(
-    x: Tensor,
-    positions: Tensor,
-    inv_freq: Tensor,
-    layout: str,
-    rotary_dim: Optional[int],
-    attention_factor: float,
-    inverse: bool,
-) -> Tensor:
-    """tokpos.apply_rope(x, positions, inv_freq, ...) into a new contiguous
-    tensor of x's shape and dtype."""
+def _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse) -> Tensor:
+    """The rotation of x into a new contiguous tensor of x's shape and dtype:
+    the custom op's body and the inference path both run it."""
     out = torch.empty(x.shape, dtype=x.dtype)
     _rope.apply_rope(
         _plain(x),
@@ -666,6 +657,21 @@ def _apply_rope_op(
         out=out,
     )
     return out
+
+
+@torch.library.custom_op("tokpos::apply_rope", mutates_args=(), device_types="cpu")
+def _apply_rope_op(
+    x: Tensor,
+    positions: Tensor,
+    inv_freq: Tensor,
+    layout: str,
+    rotary_dim: Optional[int],
+    attention_factor: float,
+    inverse: bool,
+) -> Tensor:
+    """tokpos.apply_rope(x, positions, inv_freq, ...) into a new contiguous
+    tensor of x's shape and dtype."""
+    return _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
 
 
 @_apply_rope_op.register_fake
@@ -747,18 +753,7 @@ def apply_rope(
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
         return _apply_rope_op(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
     # Inference: the kernel directly, without the dispatcher.
-    out = torch.empty(x.shape, dtype=x.dtype)
-    _rope.apply_rope(
-        _plain(x),
-        _plain(positions),
-        inv_freq,
-        layout=layout,
-        rotary_dim=rotary_dim,
-        attention_factor=attention_factor,
-        inverse=inverse,
-        out=out,
-    )
-    return out
+    return _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
 
 
 _SEQ_LEN_TYPES = ("dynamic", "longrope")

@@ -1,21 +1,23 @@
-"""bench/python_side_by_side.py runs: a quick decode-only pass exits 0 and
-finds the implementations' outputs in agreement."""
+"""The benchmark scripts run: a quick pass of each exits 0, finds the
+implementations' outputs in agreement and prints the targets."""
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-pytest.importorskip("torch", reason="the side-by-side benchmark compares against torch")
+pytest.importorskip("torch", reason="the side-by-side benchmarks compare against torch")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "bench", "python_side_by_side.py")
 
 
-def test_quick_decode_run_agrees():
+def run_bench(script, *args):
+    """Runs bench/<script> quickly; returns its stdout after checking that it
+    exits 0, finds the outputs in agreement and prints the targets."""
     proc = subprocess.run(
-        [sys.executable, SCRIPT, "--quick", "--no-compile", "--shapes", "decode", "--threads", "1"],
+        [sys.executable, os.path.join(ROOT, "bench", script), "--quick", "--no-compile", "--threads", "1", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -25,3 +27,20 @@ def test_quick_decode_run_agrees():
     assert proc.returncode == 0, output
     assert "outputs agree" in proc.stdout, output
     assert "targets:" in proc.stdout, output
+    return proc.stdout
+
+
+def test_quick_decode_run_agrees():
+    run_bench("python_side_by_side.py", "--shapes", "decode")
+
+
+def test_quick_rope_run_agrees(tmp_path):
+    # tokpos within 1e-6 of the float64-angle reference, and one row per dtype.
+    report = tmp_path / "rope.json"
+    run_bench("rope_side_by_side.py", "--json", str(report))
+    doc = json.loads(report.read_text())
+    assert {(r["dtype"], r["threads"]) for r in doc["rows"]} == {("float32", 1), ("bfloat16", 1)}
+    for row in doc["rows"]:
+        for impl in ("tokpos", "tokpos_out", "eager", "copy"):
+            assert row[impl] > 0, (impl, row)
+        assert "compile" not in row
