@@ -96,6 +96,33 @@ TOKPOS_API DLDataType to_dlpack(DType dtype);
 
 namespace ops {
 
+// A vocab-parallel shard (Megatron-LM's VocabParallelEmbedding): the token
+// table an op is given holds rows [row_begin, row_begin + R) of a global
+// table of vocab_size rows, R being its own row count (R may reach past
+// vocab_size: padding rows, never read). Every id is checked against
+// vocab_size (an error on every rank alike, before any communication; never
+// UNK-mapped). An id inside the shard reads its row; any other contributes
+// exactly nothing: the forward writes the position row alone (or zeros when
+// there is no position table), and the backward skips it. Summing the
+// shards' float32 outputs, with the position table on exactly one of them,
+// gives the one-table output bit for bit (-0 may become +0), because each
+// sum has one token row and zeros. vocab_size 0: no shard.
+struct VocabShard {
+  int64_t vocab_size = 0;
+  int64_t row_begin = 0;
+};
+
+// The rows rank `rank` of `world_size` holds when a vocabulary of vocab_size
+// ids is padded up to a multiple of pad_to_multiple_of and split evenly
+// (Megatron-LM's make_vocab_size_divisible_by): rows = ceil(V_padded /
+// world_size), row_begin = rank * rows. Rows at or past vocab_size are
+// padding. Error(kInvalidArgument) names a value out of range.
+struct VocabShardRange {
+  int64_t row_begin = 0, rows = 0;
+};
+TOKPOS_API VocabShardRange vocab_shard_range(int64_t vocab_size, int64_t pad_to_multiple_of, int64_t world_size,
+                                             int64_t rank);
+
 struct LookupOptions {
   // >= 0: a token id outside [0, V) reads row unk_id instead of failing (the
   // seed lab's UNK fallback). -1 (the default): such an id is an error.
@@ -104,6 +131,9 @@ struct LookupOptions {
   int64_t padding_idx = -1;
   // Names the caller at the start of error messages; nullptr: the op's name.
   const char* where = nullptr;
+  // The token table is a shard of a larger one (VocabShard); unk_id must
+  // then be -1, and padding_idx (when >= 0) is a global id.
+  VocabShard shard{};
 };
 
 // The validated ids and positions of one batch, and the backward's plan:
@@ -116,7 +146,9 @@ struct LookupOptions {
 class TOKPOS_API RowPlan {
  public:
   // ids: (B, T) or (N), int32 or int64. Every id must be in [0, vocab_size)
-  // unless options.unk_id >= 0 maps it. Positions: position_ids (the shape of
+  // unless options.unk_id >= 0 maps it. With options.shard, vocab_size is the
+  // shard's row count R, the ids are checked against options.shard.vocab_size
+  // and the plan's rows are the shard's (-1 for an id outside it). Positions: position_ids (the shape of
   // ids) or start + t; they must be >= 0 and are checked against the
   // position table when the plan is used. Throws Error as the ops do.
   RowPlan(const DLTensor& ids, int64_t vocab_size, const DLTensor* position_ids = nullptr, int64_t start = 0,
@@ -133,7 +165,9 @@ class TOKPOS_API RowPlan {
   int64_t size() const;        // B * T
   int64_t vocab_size() const;  // V
   int64_t padding_idx() const;
-  // The token row each (b, t) reads (after the UNK mapping), (B*T).
+  const VocabShard& shard() const;  // vocab_size 0: not a shard
+  // The token row each (b, t) reads (after the UNK mapping; -1: none, an id
+  // outside a shard), (B*T).
   std::span<const int64_t> token_rows() const;
   // The position of each (b, t), (B*T).
   std::span<const int64_t> positions() const;

@@ -43,5 +43,10 @@ inline constexpr uint64_t kPositionTableStream = 1;
 // out[i] = float(mean + std * philox_normal(seed, stream, i)) for every i.
 // Overwrites out. Parallel; the result does not depend on the thread count.
 TOKPOS_API void fill_normal(std::span<float> out, uint64_t seed, uint64_t stream, double mean, double std);
+// out[i] = number first + i of the stream: a slice of a larger table (a
+// vocab-parallel shard's rows) with the bits the whole table has there.
+// first + out.size() must not exceed 2^64 (else Error(kSizeOverflow)).
+TOKPOS_API void fill_normal(std::span<float> out, uint64_t seed, uint64_t stream, double mean, double std,
+                            uint64_t first);
 
 }  // namespace tokpos

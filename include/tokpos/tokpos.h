@@ -171,6 +171,45 @@ TOKPOS_API tokpos_status tokpos_op_compose_backward(const DLTensor* d_token_tabl
                                                     const DLTensor* position_ids,  /* may be NULL */
                                                     int64_t start);
 
+/* ---- Vocab-parallel shards (Megatron-LM's VocabParallelEmbedding) ------ *
+ *
+ * A rank holds rows [row_begin, row_begin + R) of a global (vocab_size, D)
+ * token table as shard_table (R, D); R may reach past vocab_size (padding
+ * rows, never read or written). Every id is checked against vocab_size, so a
+ * bad id fails identically on every rank before any communication; ids are
+ * never UNK-mapped. An id inside the shard reads its row; any other adds
+ * nothing: its out row is the position row alone (pos_table given) or zeros.
+ * Give pos_table to exactly one rank and sum the float32 outputs (e.g.
+ * MPI_Allreduce with MPI_SUM): the result equals tokpos_op_compose_forward on
+ * the whole table bit for bit (a -0 may come back as +0). The backward adds
+ * to d_shard_table (R, D) only the rows of ids inside the shard, in the same
+ * order as the one-table backward, so its rows equal the matching rows of the
+ * one-table gradient bit for bit. Other arguments as above. */
+TOKPOS_API tokpos_status tokpos_op_compose_forward_shard(const DLTensor* out, const DLTensor* ids,
+                                                         const DLTensor* shard_table, int64_t vocab_size,
+                                                         int64_t row_begin,
+                                                         const DLTensor* pos_table,    /* may be NULL */
+                                                         const DLTensor* position_ids, /* may be NULL */
+                                                         int64_t start);
+TOKPOS_API tokpos_status tokpos_op_compose_backward_shard(const DLTensor* d_shard_table, /* may be NULL */
+                                                          const DLTensor* d_pos_table,   /* may be NULL */
+                                                          const DLTensor* d_out, const DLTensor* ids,
+                                                          int64_t vocab_size, int64_t row_begin,
+                                                          const DLTensor* position_ids, /* may be NULL */
+                                                          int64_t start);
+
+/* Rank `rank` of `world_size` holds rows [*row_begin, *row_begin + *rows) of
+ * a vocabulary padded up to a multiple of pad_to_multiple_of (>= 1):
+ * *rows = ceil(V_padded / world_size), *row_begin = rank * *rows. */
+TOKPOS_API tokpos_status tokpos_vocab_shard_range(int64_t* row_begin, int64_t* rows, int64_t vocab_size,
+                                                  int64_t pad_to_multiple_of, int world_size, int rank);
+
+/* table (rows, D) = rows [row_begin, row_begin + rows) of the table
+ * tokpos_token_embedding_create(vocab_size, D, seed) makes, bit for bit;
+ * rows at or past vocab_size (padding) are zeros. */
+TOKPOS_API tokpos_status tokpos_token_table_rows(float* table, int64_t row_begin, int64_t rows, int64_t vocab_size,
+                                                 int64_t D, uint64_t seed);
+
 /* ---- Modules behind opaque handles ------------------------------------ */
 
 typedef enum tokpos_id_policy {

@@ -191,7 +191,9 @@ void sinusoidal_into(const OutArray& out, int64_t max_context, int64_t dim, doub
 
 // out (any shape, contiguous float32) = N(mean, std^2) from the documented
 // Philox stream (tokpos/random.h): the same table the C++ modules draw.
-void fill_normal(const OutArray& out, uint64_t seed, uint64_t stream, double mean, double std) {
+// first: the index of out's first number in the stream (a slice of a larger
+// table, such as a vocab shard's rows, gets the bits the whole table has).
+void fill_normal(const OutArray& out, uint64_t seed, uint64_t stream, double mean, double std, uint64_t first) {
   if (out.dtype() != nb::dtype<float>()) {
     throw tokpos::Error(tokpos::Status::kInvalidArgument, "tokpos: fill_normal needs a float32 array");
   }
@@ -205,7 +207,7 @@ void fill_normal(const OutArray& out, uint64_t seed, uint64_t stream, double mea
   float* data = static_cast<float*>(out.data());
   const size_t n = out.size();
   nb::gil_scoped_release release;
-  tokpos::fill_normal(std::span<float>(data, n), seed, stream, mean, std);
+  tokpos::fill_normal(std::span<float>(data, n), seed, stream, mean, std, first);
 }
 
 std::string demo_report(const std::string& text, int64_t vocab_size, int64_t dim, int64_t max_context,
@@ -265,12 +267,13 @@ NB_MODULE(_core, m) {
   m.def("row_plan", &make_plan, nb::arg("ids"), nb::arg("vocab_size"), nb::arg("padding_idx"), nb::arg("where"));
 
   m.def("fill_normal", &fill_normal, nb::arg("out"), nb::arg("seed"), nb::arg("stream"), nb::arg("mean"),
-        nb::arg("std"));
+        nb::arg("std"), nb::arg("first") = 0);
   m.attr("TOKEN_TABLE_STREAM") = tokpos::kTokenTableStream;
   m.attr("POSITION_TABLE_STREAM") = tokpos::kPositionTableStream;
 
   tokpos::python::bind_positions(m);
   tokpos::python::bind_rope(m);
+  tokpos::python::bind_shard(m);
 
   m.def("demo_report", &demo_report, nb::arg("text"), nb::arg("vocab_size"), nb::arg("dim"),
         nb::arg("max_context"), nb::arg("seed"), nb::arg("base"), nb::arg("json"));

@@ -21,6 +21,7 @@
 #include "tokpos/ops.h"
 #include "tokpos/position_table.h"
 #include "tokpos/positional.h"
+#include "tokpos/random.h"
 #include "tokpos/sinusoidal.h"
 #include "tokpos/threading.h"
 #include "tokpos/token_embedding.h"
@@ -301,6 +302,67 @@ tokpos_status tokpos_op_compose_backward(const DLTensor* d_token_table, const DL
     tokpos::detail::check_not_null(fn, "d_out", d_out);
     tokpos::detail::check_not_null(fn, "ids", ids);
     tokpos::ops::compose_backward(d_token_table, d_pos_table, *d_out, *ids, position_ids, start, {.where = fn});
+  });
+}
+
+tokpos_status tokpos_op_compose_forward_shard(const DLTensor* out, const DLTensor* ids, const DLTensor* shard_table,
+                                              int64_t vocab_size, int64_t row_begin, const DLTensor* pos_table,
+                                              const DLTensor* position_ids, int64_t start) {
+  constexpr const char* fn = "tokpos_op_compose_forward_shard";
+  return op_call(fn, [&] {
+    tokpos::detail::check_not_null(fn, "out", out);
+    tokpos::detail::check_not_null(fn, "ids", ids);
+    tokpos::detail::check_not_null(fn, "shard_table", shard_table);
+    check_at_least(fn, "vocab_size", vocab_size, 1);
+    tokpos::ops::compose_forward(*out, *ids, *shard_table, pos_table, position_ids, start,
+                                 {.where = fn, .shard = {vocab_size, row_begin}});
+  });
+}
+
+tokpos_status tokpos_op_compose_backward_shard(const DLTensor* d_shard_table, const DLTensor* d_pos_table,
+                                               const DLTensor* d_out, const DLTensor* ids, int64_t vocab_size,
+                                               int64_t row_begin, const DLTensor* position_ids, int64_t start) {
+  constexpr const char* fn = "tokpos_op_compose_backward_shard";
+  return op_call(fn, [&] {
+    tokpos::detail::check_not_null(fn, "d_out", d_out);
+    tokpos::detail::check_not_null(fn, "ids", ids);
+    check_at_least(fn, "vocab_size", vocab_size, 1);
+    tokpos::ops::compose_backward(d_shard_table, d_pos_table, *d_out, *ids, position_ids, start,
+                                  {.where = fn, .shard = {vocab_size, row_begin}});
+  });
+}
+
+tokpos_status tokpos_vocab_shard_range(int64_t* row_begin, int64_t* rows, int64_t vocab_size,
+                                       int64_t pad_to_multiple_of, int world_size, int rank) {
+  constexpr const char* fn = "tokpos_vocab_shard_range";
+  return guard(fn, [&] {
+    tokpos::detail::check_not_null(fn, "row_begin", row_begin);
+    tokpos::detail::check_not_null(fn, "rows", rows);
+    const auto r = tokpos::ops::vocab_shard_range(vocab_size, pad_to_multiple_of, world_size, rank);
+    *row_begin = r.row_begin;
+    *rows = r.rows;
+  });
+}
+
+tokpos_status tokpos_token_table_rows(float* table, int64_t row_begin, int64_t rows, int64_t vocab_size, int64_t D,
+                                      uint64_t seed) {
+  constexpr const char* fn = "tokpos_token_table_rows";
+  return guard(fn, [&] {
+    check_at_least(fn, "vocab_size", vocab_size, 1);
+    check_at_least(fn, "D", D, 1);
+    check_at_least(fn, "row_begin", row_begin, 0);
+    check_at_least(fn, "rows", rows, 0);
+    if (row_begin > INT64_MAX - rows)
+      fail(Status::kSizeOverflow, fn, "row_begin + rows = ", row_begin, " + ", rows, " overflows int64");
+    auto dst = span_of(fn, "table", table, checked_mul(fn, "rows*D", rows, D));
+    // The real rows [row_begin, min(row_begin + rows, V)) with the numbers the
+    // whole table has there; padding rows zero.
+    const int64_t real = std::clamp<int64_t>(vocab_size - row_begin, 0, rows);
+    checked_mul(fn, "vocab_size*D", vocab_size, D);
+    tokpos::fill_normal(dst.first(static_cast<size_t>(real * D)), seed,
+                        tokpos::kTokenTableStream, 0.0, tokpos::TokenEmbeddingOptions{}.init_std,
+                        static_cast<uint64_t>(std::min(row_begin, vocab_size)) * static_cast<uint64_t>(D));
+    std::fill(dst.begin() + real * D, dst.end(), 0.0f);
   });
 }
 

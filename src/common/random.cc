@@ -61,19 +61,30 @@ double philox_normal(uint64_t seed, uint64_t stream, uint64_t index) noexcept {
 }
 
 void fill_normal(std::span<float> out, uint64_t seed, uint64_t stream, double mean, double std) {
-  const int64_t n = static_cast<int64_t>(out.size());
-  const int64_t blocks = (n + 3) / 4;
+  fill_normal(out, seed, stream, mean, std, 0);
+}
+
+void fill_normal(std::span<float> out, uint64_t seed, uint64_t stream, double mean, double std, uint64_t first) {
+  const auto n = static_cast<uint64_t>(out.size());
+  if (first > UINT64_MAX - n)
+    detail::fail(Status::kSizeOverflow, "tokpos::fill_normal", "first + size = ", first, " + ", n,
+                 " overflows 2^64");
+  if (n == 0) return;
+  // Blocks j0 .. j1 cover numbers [first, first + n); each block of 4 values
+  // depends only on its index, so any split is deterministic.
+  const uint64_t j0 = first / 4, j1 = (first + n - 1) / 4;
+  const auto blocks = static_cast<int64_t>(j1 - j0 + 1);
   float* dst = out.data();
-  // Each block of 4 values depends only on its index: any split is deterministic.
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(n * 8))
-  for (int64_t j = 0; j < blocks; ++j) {
-    const auto x = block_for(seed, stream, static_cast<uint64_t>(j));
+#pragma omp parallel for schedule(static) num_threads(detail::threads_for(static_cast<int64_t>(n) * 8))
+  for (int64_t k = 0; k < blocks; ++k) {
+    const uint64_t j = j0 + static_cast<uint64_t>(k);
+    const auto x = block_for(seed, stream, j);
     double z[4];
     box_muller(x[0], x[1], z);
     box_muller(x[2], x[3], z + 2);
-    const int64_t base = j * 4;
-    for (int64_t l = 0; l < 4 && base + l < n; ++l) {
-      dst[base + l] = static_cast<float>(mean + std * z[l]);
+    for (uint64_t l = 0; l < 4; ++l) {
+      const uint64_t index = j * 4 + l;
+      if (index >= first && index - first < n) dst[index - first] = static_cast<float>(mean + std * z[l]);
     }
   }
 }

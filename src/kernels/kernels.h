@@ -70,11 +70,14 @@ int threads_for(const Exec& ex, int64_t work);
 //   pos(b, t) = pos_ids(b, t) if pos_ids.data is set, else start + t
 // Under the error policy the ops layer has checked every id, so the UNK
 // branch never fires; it keeps the kernel memory-safe either way.
+// zero_outside (a vocab shard): an id outside [0, V) adds nothing instead,
+//   out(b, t) = pos[pos(b, t)] rounded to out.type (zeros without pos).
 // Overwrites out; each element is written once, with no temporary.
 struct Gather {
   OutRows out;
   Index ids;
   int64_t V = 0, unk_id = 0;
+  bool zero_outside = false;
   Rows tok, pos;
   Index pos_ids;
   int64_t start = 0;

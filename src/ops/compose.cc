@@ -18,7 +18,8 @@ namespace tokpos::ops {
 struct RowPlan::Impl {
   int ndim = 2;
   int64_t B = 0, T = 0, V = 0, padding_idx = -1;
-  std::vector<int64_t> token_rows;  // the row each (b, t) reads
+  VocabShard shard;                 // vocab_size 0: not a shard
+  std::vector<int64_t> token_rows;  // the row each (b, t) reads; -1: outside the shard
   std::vector<int64_t> grad_rows;   // the row each (b, t) adds to; -1 for padding_idx
   std::vector<int64_t> positions;   // empty when the plan was made without them
   int64_t position_limit = 0;
@@ -104,6 +105,27 @@ void check_ids(const char* where, const Batch& b, int64_t V, int64_t unk_id) {
   tokpos::detail::check_token_ids(where, [&](int64_t bb, int64_t t) { return ids.at(bb, t); }, b.B, b.T, V);
 }
 
+bool is_shard(const LookupOptions& o) { return o.shard.vocab_size != 0; }
+
+// A shard of R rows: its vocabulary and first row, no UNK mapping, and the ids
+// checked against the whole vocabulary (so every rank fails alike).
+void check_shard(const char* where, const LookupOptions& o, int64_t R) {
+  const VocabShard& s = o.shard;
+  tokpos::detail::check_at_least(where, "shard vocab_size", s.vocab_size, 1);
+  tokpos::detail::check_at_least(where, "shard row_begin", s.row_begin, 0);
+  if (s.row_begin > INT64_MAX - R)
+    fail(Status::kSizeOverflow, where, "shard row_begin + rows = ", s.row_begin, " + ", R, " overflows int64");
+  if (o.unk_id >= 0)
+    fail(Status::kInvalidArgument, where, "unk_id ", o.unk_id,
+         " is not allowed on a vocab shard (ids are never remapped there); use -1");
+}
+
+// The shard's row of a checked global id, or -1 outside the shard.
+int64_t shard_row(const LookupOptions& o, int64_t R, int64_t id) {
+  const int64_t r = id - o.shard.row_begin;
+  return (r >= 0 && r < R) ? r : -1;
+}
+
 void check_start(const char* where, const Batch& b, int64_t start) {
   tokpos::detail::check_at_least(where, "start", start, 0);
   if (!b.pos_ids.present && start > INT64_MAX - b.T)
@@ -165,6 +187,7 @@ std::shared_ptr<RowPlan::Impl> make_plan(const char* where, const Batch& b, int6
     p->T = b.T;
     p->V = V;
     p->padding_idx = o.padding_idx;
+    if (is_shard(o)) p->shard = o.shard;
     const auto N = static_cast<size_t>(b.B * b.T);
     if (with_positions) {
       p->positions.resize(N);
@@ -184,6 +207,11 @@ std::shared_ptr<RowPlan::Impl> make_plan(const char* where, const Batch& b, int6
     for (int64_t bb = 0; bb < b.B; ++bb)
       for (int64_t t = 0; t < b.T; ++t, ++n) {
         const int64_t id = ids.at(bb, t);
+        if (is_shard(o)) {  // padding_idx is a global id
+          p->token_rows[n] = shard_row(o, V, id);
+          p->grad_rows[n] = id == o.padding_idx ? -1 : p->token_rows[n];
+          continue;
+        }
         p->token_rows[n] = (id >= 0 && id < V) ? id : o.unk_id;
         p->grad_rows[n] = p->token_rows[n] == o.padding_idx ? -1 : p->token_rows[n];
       }
@@ -192,6 +220,7 @@ std::shared_ptr<RowPlan::Impl> make_plan(const char* where, const Batch& b, int6
 }
 
 void check_padding(const char* where, int64_t padding_idx, int64_t V) {
+  // V: the whole vocabulary (a shard's vocab_size when the table is a shard)
   if (padding_idx < -1 || (V >= 0 && padding_idx >= V))
     fail(Status::kInvalidArgument, where, "padding_idx ", padding_idx, " is outside [-1, ", V, ")");
 }
@@ -267,6 +296,7 @@ void run_forward(const View& out, const RowPlan::Impl* plan, const Batch* batch,
     g.T = plan->T;
     g.ids = kernels::Index::contiguous(plan->token_rows.data(), plan->T);
     g.pos_ids = kernels::Index::contiguous(plan->positions.data(), plan->T);
+    g.zero_outside = plan->shard.vocab_size != 0;
   } else {
     g.B = batch->B;
     g.T = batch->T;
@@ -318,16 +348,40 @@ void run_backward(const Grads& g, const RowPlan::Impl& p, Context* ctx) {
 
 }  // namespace
 
+// ---- Vocab shards --------------------------------------------------------------
+
+VocabShardRange vocab_shard_range(int64_t vocab_size, int64_t pad_to_multiple_of, int64_t world_size, int64_t rank) {
+  const char* where = "tokpos::ops::vocab_shard_range";
+  tokpos::detail::check_at_least(where, "vocab_size", vocab_size, 1);
+  tokpos::detail::check_at_least(where, "pad_to_multiple_of", pad_to_multiple_of, 1);
+  tokpos::detail::check_at_least(where, "world_size", world_size, 1);
+  if (rank < 0 || rank >= world_size)
+    fail(Status::kInvalidArgument, where, "rank ", rank, " is outside [0, ", world_size, ")");
+  const int64_t groups = vocab_size / pad_to_multiple_of + (vocab_size % pad_to_multiple_of != 0);
+  if (groups > INT64_MAX / pad_to_multiple_of)
+    fail(Status::kSizeOverflow, where, "vocab_size ", vocab_size, " padded to a multiple of ", pad_to_multiple_of,
+         " overflows int64");
+  const int64_t padded = groups * pad_to_multiple_of;
+  const int64_t rows = padded / world_size + (padded % world_size != 0);
+  return {rank * rows, rows};  // rank * rows < world_size * rows <= padded + world_size - 1: no overflow
+}
+
 // ---- RowPlan -------------------------------------------------------------------
 
 RowPlan::RowPlan(const DLTensor& ids, int64_t vocab_size, const DLTensor* position_ids, int64_t start,
                  const LookupOptions& o) {
   const char* where = where_of(o, "tokpos::ops::RowPlan");
   const Batch b = check_batch(where, &ids, position_ids);
-  tokpos::detail::check_at_least(where, "vocab_size", vocab_size, 1);
-  check_padding(where, o.padding_idx, vocab_size);
+  if (is_shard(o)) {
+    tokpos::detail::check_at_least(where, "shard rows", vocab_size, 0);
+    check_shard(where, o, vocab_size);
+  } else {
+    tokpos::detail::check_at_least(where, "vocab_size", vocab_size, 1);
+  }
+  const int64_t V = is_shard(o) ? o.shard.vocab_size : vocab_size;  // what the ids index
+  check_padding(where, o.padding_idx, V);
   check_start(where, b, start);
-  check_ids(where, b, vocab_size, o.unk_id);
+  check_ids(where, b, V, o.unk_id);
   check_plan_positions(where, b);
   impl_ = make_plan(where, b, vocab_size, start, o, /*with_positions=*/true);
 }
@@ -348,6 +402,7 @@ int64_t RowPlan::time() const { return impl().T; }
 int64_t RowPlan::size() const { return impl().B * impl().T; }
 int64_t RowPlan::vocab_size() const { return impl().V; }
 int64_t RowPlan::padding_idx() const { return impl().padding_idx; }
+const VocabShard& RowPlan::shard() const { return impl().shard; }
 std::span<const int64_t> RowPlan::token_rows() const { return impl().token_rows; }
 std::span<const int64_t> RowPlan::positions() const { return impl().positions; }
 int64_t RowPlan::position_limit() const { return impl().position_limit; }
@@ -365,6 +420,15 @@ void compose_forward(const DLTensor& out, const DLTensor& ids, const DLTensor& t
   const Batch b = check_batch(where, &ids, position_ids);
   const auto [vout, tok, pos] = check_forward_tensors(where, out, token_table, pos_table);
   check_rows_shape(where, vout, b);
+  if (is_shard(o)) {
+    for (const View* in : {&b.ids, &b.pos_ids}) check_no_overlap(where, vout, *in);
+    LookupOptions po = o;
+    po.where = where;
+    const RowPlan plan(ids, tok.shape[0], position_ids, start, po);
+    if (pos.present) check_plan_table(where, plan.impl(), pos.shape[0], "pos_table");
+    run_forward(vout, &plan.impl(), nullptr, tok, pos, 0, -1, ctx);
+    return;
+  }
   check_start(where, b, start);
   for (const View* in : {&b.ids, &b.pos_ids}) check_no_overlap(where, vout, *in);
   check_ids(where, b, tok.shape[0], o.unk_id);
@@ -388,6 +452,9 @@ void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTen
                            const DLTensor* gamma, const DLTensor* beta, double eps, const Context* ctx) {
   const char* where = "tokpos::ops::compose_typed_forward";
   const RowPlan::Impl& p = plan.impl();
+  if (p.shard.vocab_size != 0)
+    fail(Status::kUnimplemented, where, "a vocab-shard plan (vocab_size ", p.shard.vocab_size,
+         ", row_begin ", p.shard.row_begin, ") is not supported by the typed forward");
   const View vout = check_tensor(where, "out", &out, Role::kGradient, {2, 3});  // f32 only
   check_plan_rows(where, vout, p);
   const int64_t D = vout.last();
@@ -461,6 +528,14 @@ void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table
   }
   check_start(where, b, start);
   const int64_t V = g.d_tok.present ? g.d_tok.shape[0] : -1;
+  if (is_shard(o) && g.d_tok.present) {
+    LookupOptions po = o;
+    po.where = where;
+    const RowPlan plan(ids, V, position_ids, start, po);
+    if (g.d_pos.present) check_plan_table(where, plan.impl(), g.d_pos.shape[0], "d_pos_table");
+    run_backward(g, plan.impl(), ctx);
+    return;
+  }
   if (g.d_tok.present) {
     check_padding(where, o.padding_idx, V);
     check_ids(where, b, V, o.unk_id);

@@ -119,6 +119,17 @@ __attribute__((always_inline)) inline void row_sum_stream(Out* out, const Tok* w
   row_sum(out + d, wte + d, wpe == nullptr ? nullptr : wpe + d, D - d);
 }
 
+// The row of an id outside a vocab shard: the position row alone, or zeros.
+// Plain stores (a shard's outside rows are the cheap ones: no table read).
+template <typename Pos, typename Out>
+__attribute__((always_inline)) inline void outside_row(Out* o, const Pos* wpe, int64_t D) {
+  if (wpe == nullptr) {
+    std::memset(static_cast<void*>(o), 0, static_cast<size_t>(D) * sizeof(Out));
+  } else {
+    row_sum(o, wpe, static_cast<const Pos*>(nullptr), D);
+  }
+}
+
 // Tokens [n0, n1): the whole computation, inlined into each clone of
 // gather_range so every clone vectorises it for its ISA.
 template <typename Tok, typename Pos, typename Out, bool kStream>
@@ -138,7 +149,9 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
     const int64_t ix = (id >= 0 && id < V) ? id : g.unk_id;
     const Pos* wpe_p = pos == nullptr ? nullptr : pos + (g.pos_ids.data ? g.pos_ids.at(b, t) : g.start + t) * ps;
     Out* o = out + b * g.out.sb + t * g.out.st;
-    if constexpr (kStream) {
+    if (ix != id && g.zero_outside) [[unlikely]] {
+      outside_row<Pos, Out>(o, wpe_p, D);
+    } else if constexpr (kStream) {
       row_sum_stream(o, tok + ix * ts, wpe_p, D);
     } else {
       row_sum(o, tok + ix * ts, wpe_p, D);

@@ -40,10 +40,16 @@ int64_t position_of(const Gather& g, int64_t b, int64_t t) {
 void compose_forward_ref(const Gather& g, const Exec&) {
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t t = 0; t < g.T; ++t) {
-      const int64_t ix = row_of(g, b, t), p = position_of(g, b, t);
+      const int64_t id = g.ids.at(b, t), ix = row_of(g, b, t), p = position_of(g, b, t);
+      const bool outside = g.zero_outside && ix != id;  // an id outside the vocab shard adds nothing
       for (int64_t d = 0; d < g.D; ++d) {
-        float v = load(g.tok, ix, d);
-        if (g.pos.data) v = v + load(g.pos, p, d);
+        float v;
+        if (outside) {
+          v = g.pos.data ? load(g.pos, p, d) : 0.0f;
+        } else {
+          v = load(g.tok, ix, d);
+          if (g.pos.data) v = v + load(g.pos, p, d);
+        }
         store(g.out, b, t, d, v);
       }
     }
