@@ -157,6 +157,143 @@ std::string scratch(const std::string& name) {
   return ::testing::TempDir() + name;
 }
 
+// cos(p * f) in double from an exact product: p * f = hi + lo with the error
+// term lo from an fma, and cos(hi + lo) = cos(hi) - sin(hi) * lo to well
+// below 2^-40 for |lo| < 2^-20.
+double cos_of_product(double p, double f) {
+  const double hi = p * f, lo = std::fma(p, f, -hi);
+  return std::cos(hi) - std::sin(hi) * lo;
+}
+double sin_of_product(double p, double f) {
+  const double hi = p * f, lo = std::fma(p, f, -hi);
+  return std::sin(hi) + std::cos(hi) * lo;
+}
+
+std::vector<double> as_doubles(const tokpos::NpyArray& a) {
+  std::vector<double> v(a.data.size() / 8);
+  std::memcpy(v.data(), a.data.data(), v.size() * 8);
+  return v;
+}
+std::vector<float> as_floats(const tokpos::NpyArray& a) {
+  std::vector<float> v(a.data.size() / 4);
+  std::memcpy(v.data(), a.data.data(), v.size() * 4);
+  return v;
+}
+
+// Checks X.npy (cos, sin) and X.inv_freq.npy against base^(-2i/D) / divide
+// at positions [a, b), pair i at (i, i + D/2) or (2i, 2i + 1).
+void expect_rope_files(const std::string& path, int64_t D, double base, double divide, int64_t a, int64_t b,
+                       bool interleaved) {
+  const auto freq = tokpos::read_npy(path.substr(0, path.size() - 4) + ".inv_freq.npy");
+  EXPECT_EQ(freq.descr, "<f8");
+  ASSERT_EQ(freq.shape, (std::vector<int64_t>{D / 2}));
+  const auto cs = tokpos::read_npy(path);
+  EXPECT_EQ(cs.descr, "<f4");
+  const int64_t T = b - a;
+  ASSERT_EQ(cs.shape, (std::vector<int64_t>{2, T, D}));
+  const auto f = as_doubles(freq);
+  const auto v = as_floats(cs);
+  for (int64_t i = 0; i < D / 2; ++i) {
+    const double want = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(D)) / divide;
+    EXPECT_NEAR(f[static_cast<size_t>(i)], want, 4e-16 * want) << "inv_freq " << i;
+  }
+  const size_t n = static_cast<size_t>(T * D);
+  for (int64_t t = 0; t < T; ++t) {
+    const double p = static_cast<double>(a + t);
+    for (int64_t i = 0; i < D / 2; ++i) {
+      const double c = cos_of_product(p, f[static_cast<size_t>(i)]), s = sin_of_product(p, f[static_cast<size_t>(i)]);
+      for (const int64_t j : {interleaved ? 2 * i : i, interleaved ? 2 * i + 1 : i + D / 2}) {
+        const size_t k = static_cast<size_t>(t * D + j);
+        EXPECT_LE(std::abs(v[k] - c), std::ldexp(1.0, -24)) << "cos, position " << p << ", column " << j;
+        EXPECT_LE(std::abs(v[n + k] - s), std::ldexp(1.0, -24)) << "sin, position " << p << ", column " << j;
+      }
+    }
+  }
+}
+
+TEST(Cli, RopeWritesInvFreqCosAndSin) {
+  const auto path = scratch("cli_rope.npy");
+  auto r = run("rope --dim 16 --positions 5:37 --out " + path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("(2, 32, 16) float32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cli_rope.inv_freq.npy: (8,) float64 inv_freq"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attention factor 1 "), std::string::npos) << r.out;
+  expect_rope_files(path, 16, 10000, 1, 5, 37, false);
+  // The last positions below 2^31, interleaved, another base; linear scaling divides every frequency.
+  r = run("rope --dim 8 --base 500000 --layout interleaved --positions 2147483600:2147483648 --out " + path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  expect_rope_files(path, 8, 500000, 1, 2147483600, 2147483648, true);
+  r = run("rope --dim 12 --positions 0:40 --scaling '{\"rope_type\":\"linear\",\"factor\":2.5}' --out " + path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  expect_rope_files(path, 12, 10000, 2.5, 0, 40, false);
+}
+
+TEST(Cli, RopeYarnScalesCosAndSinByItsAttentionFactor) {
+  const auto path = scratch("cli_rope_yarn.npy");
+  const auto r = run(
+      "rope --dim 64 --positions 0:4 --scaling "
+      "'{\"rope_type\":\"yarn\",\"factor\":4,\"original_max_position_embeddings\":4096}' --out " + path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const double factor = 0.1 * std::log(4.0) + 1.0;  // YaRN's mscale for factor 4
+  EXPECT_NE(r.out.find("rope_type yarn"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attention factor 1.1386"), std::string::npos) << r.out;
+  const auto v = as_floats(tokpos::read_npy(path));
+  for (size_t j = 0; j < 64; ++j) {
+    EXPECT_NEAR(v[j], factor, 1e-7) << j;     // cos(0) * factor
+    EXPECT_EQ(v[4 * 64 + j], 0.0f) << j;       // sin(0)
+  }
+  const auto f = as_doubles(tokpos::read_npy(scratch("cli_rope_yarn.inv_freq.npy")));
+  EXPECT_DOUBLE_EQ(f[0], 1.0);                                 // the fastest pair is extrapolated: kept
+  EXPECT_NEAR(f[31], std::pow(10000.0, -62.0 / 64) / 4, 1e-18);  // the slowest is interpolated: / factor
+}
+
+TEST(Cli, RopeRejectsEveryBadFlagAndWritesNothing) {
+  const auto path = scratch("cli_rope_bad.npy"), freq = scratch("cli_rope_bad.inv_freq.npy");
+  struct Case {
+    std::string args;
+    std::vector<std::string> pieces;
+  };
+  const std::string ok = " --dim 8 --positions 0:4 --out " + path;
+  for (const Case& c : {
+           Case{"rope --dim 7 --positions 0:4 --out " + path, {"--dim 7", "even"}},
+           Case{"rope --dim 0 --positions 0:4 --out " + path, {"--dim"}},
+           Case{"rope --dim 8 --positions 5:5 --out " + path, {"--positions '5:5'", "B = 5 must be > A = 5"}},
+           Case{"rope --dim 8 --positions -1:4 --out " + path, {"--positions '-1:4'", "A = -1 must be >= 0"}},
+           Case{"rope --dim 8 --positions 0:2147483649 --out " + path, {"--positions", "2147483649", "2^31"}},
+           Case{"rope --dim 8 --positions 3 --out " + path, {"--positions '3'", "A:B"}},
+           Case{"rope --dim 8 --positions 0:x --out " + path, {"--positions '0:x'", "A:B"}},
+           Case{"rope --dim 1024 --positions 0:2147483648 --out " + path, {"--positions", "2^27"}},
+           Case{"rope --dim 8 --out " + path, {"--positions"}},
+           Case{"rope --dim 8 --positions 0:4", {"--out"}},
+           Case{"rope --layout sideways" + ok, {"--layout", "sideways"}},
+           Case{"rope --base 0" + ok, {"--base", "'0'"}},
+           Case{"rope --seq-len -3" + ok, {"--seq-len"}},
+           Case{"rope --scaling 'not json'" + ok, {"--scaling 'not json'", "not JSON"}},
+           Case{"rope --scaling '[1,2]'" + ok, {"--scaling", "JSON object"}},
+           Case{"rope --scaling '{\"factor\":2}'" + ok, {"--scaling", "rope_type"}},
+           Case{"rope --scaling '{\"rope_type\":\"sideways\"}'" + ok, {"--scaling", "sideways"}},
+           Case{"rope --scaling '{\"rope_type\":\"linear\",\"factor\":\"2\"}'" + ok, {"'factor'", "number"}},
+           Case{"rope --scaling '{\"rope_type\":\"linear\",\"factor\":-2}'" + ok, {"--scaling", "factor"}},
+           Case{"rope --scaling '{\"rope_type\":\"linear\",\"factor\":2,\"bogus\":1}'" + ok, {"unknown key 'bogus'"}},
+           Case{"rope --scaling '{\"rope_type\":\"yarn\",\"factor\":4}'" + ok,
+                {"--scaling", "max_position_embeddings"}},
+           Case{"rope --scaling '{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":4,\"high_freq_factor\":1,"
+                "\"original_max_position_embeddings\":8192}'" + ok,
+                {"low_freq_factor", "high_freq_factor"}},
+           Case{"rope --dim 8 --positions 0:4 --out " + ::testing::TempDir(), {"cannot write"}},
+       }) {
+    std::remove(path.c_str());
+    std::remove(freq.c_str());
+    const auto r = run(c.args);
+    EXPECT_NE(r.status, 0) << c.args << " -> " << r.out;
+    for (const auto& piece : c.pieces) {
+      EXPECT_NE(r.out.find(piece), std::string::npos) << c.args << " -> " << r.out << "\nmissing: " << piece;
+    }
+    EXPECT_FALSE(std::filesystem::exists(path)) << c.args;
+    EXPECT_FALSE(std::filesystem::exists(freq)) << c.args;
+  }
+}
+
 TEST(Cli, TableWritesTheLibrarysTable) {
   const auto path = scratch("cli_table.npy");
   const auto r = run("table --layout halves --dim 12 --context 20 --start 100 --base 500 --out " + path +
@@ -446,19 +583,19 @@ TEST(Cli, InterruptedOrFailedPlotKeepsThePreviousPictures) {
   std::filesystem::remove_all(dir);
   ASSERT_EQ(run("plot --dim 8 --context 8 --out " + dir).status, 0);
   const auto before = snapshot(dir);
-  ASSERT_EQ(before.size(), 12u);
+  ASSERT_EQ(before.size(), 16u);  // 8 pictures, PNG and SVG
   // Interrupted while it works (the full run takes minutes).
   auto r = run_shell("timeout -s INT 4 " + std::string(TOKPOS_CLI) + " plot --dim 4096 --context 2048 --out " + dir);
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_EQ(snapshot(dir), before);
-  // A failure at the last picture: a directory stands where lookup.png goes.
-  std::filesystem::remove(dir + "/lookup.png");
-  std::filesystem::create_directory(dir + "/lookup.png");
+  // A failure at the last picture: a directory stands where alibi_slopes.png goes.
+  std::filesystem::remove(dir + "/alibi_slopes.png");
+  std::filesystem::create_directory(dir + "/alibi_slopes.png");
   auto with_dir = before;
-  with_dir["lookup.png"] = "<dir>";
+  with_dir["alibi_slopes.png"] = "<dir>";
   r = run("plot --dim 16 --context 16 --out " + dir);
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("lookup.png"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("alibi_slopes.png"), std::string::npos) << r.out;
   EXPECT_EQ(snapshot(dir), with_dir);  // nothing replaced, no temporary files
   std::filesystem::remove_all(dir);
 }

@@ -59,7 +59,8 @@ std::vector<tokpos::plot::PlotFile> Plots::files_;
 
 TEST_F(Plots, EveryFileIsAValidPngAndSvgOfTheExpectedSize) {
   const std::vector<std::string> want = {"position_table", "learned_table", "similarity_by_offset",
-                                         "similarity_matrix", "wavelength_bands", "lookup"};
+                                         "similarity_matrix", "wavelength_bands", "lookup",
+                                         "rope_scalings",  "alibi_slopes"};
   ASSERT_EQ(files_.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(files_[i].name, want[i]);
@@ -122,6 +123,66 @@ TEST_F(Plots, WavelengthBandsDrawOneBarPerPair) {
       in_bar = coloured;
     }
     EXPECT_EQ(bars, want[panel]) << "panel " << panel;
+  }
+}
+
+// Pixels inside the plot area within tol of colour c.
+int pixels_of(const Image& img, tokpos::plot::Rgb c, int tol) {
+  const auto r = tokpos::plot::kSeriesRect;
+  int n = 0;
+  for (double y = r.y + 2; y < r.y + r.h - 2; y += 1)
+    for (double x = r.x + 2; x < r.x + r.w - 2; x += 1) n += near(img.at(x, y), c, tol) ? 1 : 0;
+  return n;
+}
+
+TEST_F(Plots, RopeScalingsDrawFiveSeriesWithALegend) {
+  Image img(path("rope_scalings"));
+  ASSERT_TRUE(img.ok());
+  const auto r = tokpos::plot::kSeriesRect;
+  for (int s = 0; s < 5; ++s) {
+    const auto c = tokpos::plot::kSeriesColors[s];
+    // Each series shows inside the plot, and has its legend swatch to the right of it.
+    EXPECT_GT(pixels_of(img, c, 4), 30) << "series " << s;
+    EXPECT_TRUE(near(img.at(r.x + r.w + 24 + 3, r.y + 20 + 26 * s), c, 4)) << "legend " << s;
+  }
+  // Pair 0 (x = 0 on an axis from -1 to 64) has inv_freq 1 under default, dynamic, YaRN and llama3
+  // (wavelength 2 pi, default drawn on top) and 1/8 under linear (16 pi). On a log axis whose bottom is 1,
+  // the heights above the bottom are in the ratio log(16 pi) / log(2 pi), whatever the top decade.
+  const double x = r.x + r.w * 1.0 / 65;
+  auto centre = [&](tokpos::plot::Rgb c) {
+    double sum = 0;
+    int n = 0;
+    for (double y = r.y + 1; y < r.y + r.h - 1; y += 1)
+      if (near(img.at(x, y), c, 4)) sum += y, ++n;
+    return n > 0 ? sum / n : -1.0;
+  };
+  const double bottom = r.y + r.h, y_linear = centre(tokpos::plot::kSeriesColors[1]),
+               y_default = centre(tokpos::plot::kSeriesColors[0]);
+  ASSERT_GT(y_linear, 0);
+  ASSERT_GT(y_default, 0);
+  EXPECT_NEAR((bottom - y_linear) / (bottom - y_default), std::log(16 * M_PI) / std::log(2 * M_PI), 0.05)
+      << "linear at y " << y_linear << ", default at y " << y_default;
+}
+
+TEST_F(Plots, AlibiSlopesDrawFourSeriesOnLogAxes) {
+  Image img(path("alibi_slopes"));
+  ASSERT_TRUE(img.ok());
+  const auto r = tokpos::plot::kSeriesRect;
+  // x: head 0 .. 33 over the area; y: log10 from 1e-3 (bottom) to 1 (top).
+  auto px = [&](double h) { return r.x + r.w * h / 33; };
+  auto py = [&](double slope) { return r.y + r.h * (1 - (std::log10(slope) + 3) / 3); };
+  for (int s = 0; s < 4; ++s) {
+    const int64_t heads = tokpos::plot::kAlibiHeads[s];
+    const auto c = tokpos::plot::kSeriesColors[s];
+    EXPECT_GT(pixels_of(img, c, 4), 20) << heads << " heads";
+    EXPECT_TRUE(near(img.at(r.x + r.w + 24 + 3, r.y + 20 + 26 * s), c, 4)) << "legend " << s;
+    // The last head's marker: slope 2^-8 for every power of two (m0^n with m0 = 2^(-8/n)).
+    if (heads == 12) continue;
+    const double x = px(static_cast<double>(heads)), y = py(std::ldexp(1.0, -8));
+    bool found = false;
+    for (int dy = -2; dy <= 2; ++dy)
+      for (int dx = -2; dx <= 2; ++dx) found = found || near(img.at(x + dx, y + dy), c, 4);
+    EXPECT_TRUE(found) << heads << " heads: no marker at head " << heads << ", slope 2^-8";
   }
 }
 

@@ -102,6 +102,28 @@ void configure_cli(CLI::App& app, Commands& c) {
   c.table_cmd->add_option("--relative", table.relative, "Also report the relative-position fit at offset K")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 26));
 
+  auto& rope = c.rope;
+  c.rope_cmd = app.add_subcommand(
+      "rope",
+      "Write RoPE's cos and sin as X.npy, (2, T, D) float32 ([0] cos, [1] sin, times the attention factor), "
+      "and inv_freq as X.inv_freq.npy, (D/2,) float64");
+  c.rope_cmd->add_option("--dim", rope.dim, "Rotary dimension D (even)")
+      ->required()
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  c.rope_cmd->add_option("--base", rope.base, "rope_theta")->check(positive_finite())->capture_default_str();
+  c.rope_cmd->add_option("--scaling", rope.scaling,
+                         "transformers' rope_scaling JSON, e.g. "
+                         "'{\"rope_type\":\"yarn\",\"factor\":4,\"original_max_position_embeddings\":4096}' "
+                         "(default: none)");
+  c.rope_cmd->add_option("--positions", rope.positions, "A:B, the positions A .. B-1 (0 <= A < B <= 2^31)")
+      ->required();
+  c.rope_cmd->add_option("--seq-len", rope.seq_len, "dynamic, longrope: the current sequence length")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 52));
+  c.rope_cmd->add_option("--layout", rope.layout, "half (rotate_half, GPT-NeoX) | interleaved (GPT-J, Meta)")
+      ->check(CLI::IsMember({"half", "interleaved"}))
+      ->capture_default_str();
+  c.rope_cmd->add_option("--out", rope.out, "X.npy: cos and sin; inv_freq goes to X.inv_freq.npy")->required();
+
   auto& embed = c.embed;
   c.embed_cmd =
       app.add_subcommand("embed", "Run a checkpoint's input stage (GPT-2 or BERT) on token ids");

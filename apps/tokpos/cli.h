@@ -7,6 +7,7 @@
 #include "demo.h"
 #include "embed.h"
 #include "plots.h"
+#include "rope_cmd.h"
 #include "serve/server.h"
 #include "table.h"
 
@@ -15,11 +16,13 @@ namespace tokpos::app {
 struct Commands {
   DemoOptions demo;
   TableCommand table;
+  RopeCommand rope;
   EmbedCommand embed;
   plot::PlotOptions plot;
   serve::ServeOptions serve;
   CLI::App* demo_cmd = nullptr;
   CLI::App* table_cmd = nullptr;
+  CLI::App* rope_cmd = nullptr;
   CLI::App* embed_cmd = nullptr;
   CLI::App* plot_cmd = nullptr;
   CLI::App* serve_cmd = nullptr;

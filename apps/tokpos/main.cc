@@ -1,6 +1,7 @@
 // tokpos: the command-line tool. Subcommands:
 //   demo   the seed lesson's diagnostics on one piece of text
 //   table  an exact position table, in any published layout, as .npy
+//   rope   RoPE inverse frequencies and cos/sin caches, any scaling, as .npy
 //   embed  a real checkpoint's input stage (GPT-2, BERT) on given token ids
 //   plot   the diagnostics as pictures (PNG and SVG)
 //   serve  an interactive page and a JSON API on a local port
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   try {
     if (*c.demo_cmd) tokpos::app::run_demo(c.demo, std::cout);
     if (*c.table_cmd) tokpos::app::run_table(c.table, std::cout);
+    if (*c.rope_cmd) tokpos::app::run_rope(c.rope, std::cout);
     if (*c.embed_cmd) tokpos::app::run_embed(c.embed, std::cout);
     if (*c.plot_cmd) tokpos::plot::make_plots(c.plot, std::cout);
     if (*c.serve_cmd) return tokpos::serve::run_serve(c.serve, std::cout, std::cerr);

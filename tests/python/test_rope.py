@@ -405,3 +405,26 @@ def test_transposed_views_and_in_place_on_them():
     np.testing.assert_allclose(out, want, rtol=0, atol=8 * 2.0**-24 * 2)
     tokpos.apply_rope(view, positions, inv, out=view)
     np.testing.assert_array_equal(q.transpose(0, 2, 1, 3), out)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_cli_rope_caches_are_rope_cos_sin(cli, tmp_path, layout):
+    """`tokpos rope` writes the values tokpos.rope_cos_sin returns, bit for bit,
+    and the inv_freq of rope_frequencies (one angle implementation for both)."""
+    import subprocess
+
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    out = tmp_path / "r.npy"
+    r = subprocess.run(
+        [str(cli), "rope", "--dim", "64", "--base", "500000", "--positions", "100000:100040",
+         "--layout", layout, "--scaling", json.dumps(scaling), "--out", str(out)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    inv_freq, factor = tokpos.rope_frequencies(64, base=500000.0, scaling=scaling)
+    np.testing.assert_array_equal(np.load(tmp_path / "r.inv_freq.npy"), inv_freq)
+    cos, sin = tokpos.rope_cos_sin(np.arange(100000, 100040), inv_freq, layout=layout, attention_factor=factor)
+    cs = np.load(out)
+    assert cs.shape == (2, 40, 64) and cs.dtype == np.float32
+    np.testing.assert_array_equal(cs[0], cos)
+    np.testing.assert_array_equal(cs[1], sin)

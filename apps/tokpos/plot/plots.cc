@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "format.h"
 #include "progress.h"
@@ -14,6 +15,8 @@
 #include "tokpos/diagnostics.h"
 #include "tokpos/error.h"
 #include "tokpos/position_table.h"
+#include "tokpos/positions.h"
+#include "tokpos/rope.h"
 #include "tokpos/tokenizer.h"
 
 namespace tokpos::plot {
@@ -58,6 +61,46 @@ void table_figure(cairo_t* cr, const std::vector<float>& t, int64_t L, int64_t D
   colorbar(cr, {kTableRect.x + kTableRect.w + 20, kTableRect.y, 22, kTableRect.h}, vmax, "value");
 }
 
+struct Series {
+  std::string label;
+  std::vector<double> x, y;
+};
+
+// Line-and-marker series on log-y axes inside kSeriesRect, a legend to its right.
+void series_figure(cairo_t* cr, const std::vector<Series>& series, double x0, double x1, double y0, double y1,
+                   const std::vector<double>& xticks, const std::string& xlabel, const std::string& ylabel) {
+  const Axes a{kSeriesRect, x0, x1, y0, y1, true};
+  std::vector<double> decades;
+  for (double v = y0; v <= y1 * 1.0001; v *= 10) decades.push_back(v);
+  draw_axes(cr, a, xlabel, ylabel, xticks, decades);
+  // The first series is drawn last, on top, where series coincide.
+  for (size_t s = series.size(); s-- > 0;) {
+    const Rgb c = kSeriesColors[s % 5];
+    cairo_set_source_rgb(cr, c.r, c.g, c.b);
+    cairo_set_line_width(cr, 1.5);
+    for (size_t k = 0; k < series[s].x.size(); ++k) {
+      const double x = a.px(series[s].x[k]), y = a.py(series[s].y[k]);
+      if (k == 0) cairo_move_to(cr, x, y);
+      else cairo_line_to(cr, x, y);
+    }
+    cairo_stroke(cr);
+    for (size_t k = 0; k < series[s].x.size(); ++k) {
+      cairo_arc(cr, a.px(series[s].x[k]), a.py(series[s].y[k]), 3.0, 0, 2 * M_PI);
+      cairo_fill(cr);
+    }
+  }
+  for (size_t s = 0; s < series.size(); ++s) {  // the legend, in order
+    const Rgb c = kSeriesColors[s % 5];
+    cairo_set_source_rgb(cr, c.r, c.g, c.b);
+    const double ly = a.area.y + 20 + 26 * static_cast<double>(s), lx = a.area.x + a.area.w + 24;
+    cairo_rectangle(cr, lx, ly - 2, 28, 4);
+    cairo_fill(cr);
+    cairo_arc(cr, lx + 14, ly, 4.0, 0, 2 * M_PI);
+    cairo_fill(cr);
+    text(cr, lx + 38, ly, series[s].label, 13);
+  }
+}
+
 }  // namespace
 
 std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
@@ -76,7 +119,7 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
   }
   // Every picture is drawn in memory first and written only when all are
   // ready: until then the previous pictures stay as they were.
-  Progress progress("plot", 10);
+  Progress progress("plot", 12);
   progress.step("tables");
   const TableOptions topt{.layout = *layout, .base = o.base};
   const auto sinus = position_table(L, D, 0, topt);  // validates base
@@ -234,6 +277,71 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
          }
          text(cr, kWidth / 2.0, 600, "token rows are small (N(0, 0.02^2)), so at initialisation the position signal dominates the sum",
               13, Align::kCenter, false, 0, kGrey);
+       });
+
+  // RoPE scalings for one Llama-3-like configuration: which pairs each scheme stretches.
+  constexpr int64_t kRopeDim = 128, kOriginal = 8192;
+  constexpr double kRopeBase = 500000, kFactor = 8;
+  std::vector<Series> rope_series;
+  {
+    struct Scheme {
+      const char* label;
+      RopeScaling scaling;
+      std::optional<int64_t> seq_len;
+    };
+    auto scaled = [&](RopeType type) {
+      RopeScaling r;
+      r.type = type;
+      r.factor = kFactor;
+      r.original_max_position_embeddings = kOriginal;
+      r.max_position_embeddings = kOriginal;  // dynamic's pretrained length
+      r.low_freq_factor = 1;                  // llama3's (Llama 3.1's values)
+      r.high_freq_factor = 4;
+      return r;
+    };
+    const Scheme schemes[5] = {{"default", {}, std::nullopt},
+                               {"linear (factor 8)", scaled(RopeType::kLinear), std::nullopt},
+                               {"dynamic NTK (seq_len 32768)", scaled(RopeType::kDynamic), 4 * kOriginal},
+                               {"YaRN (beta 32, 1)", scaled(RopeType::kYarn), std::nullopt},
+                               {"llama3 (low 1, high 4)", scaled(RopeType::kLlama3), std::nullopt}};
+    for (const Scheme& sc : schemes) {
+      const auto f = rope_frequencies(kRopeDim, kRopeBase, sc.scaling, sc.seq_len);
+      Series s{sc.label, {}, {}};
+      for (size_t k = 0; k < f.inv_freq.size(); ++k) {
+        s.x.push_back(static_cast<double>(k));
+        s.y.push_back(2 * M_PI / f.inv_freq[k]);
+      }
+      rope_series.push_back(std::move(s));
+    }
+  }
+  save("rope_scalings", "high-frequency pairs keep their wavelength under YaRN and llama3; linear stretches every pair by 8",
+       [&](cairo_t* cr) {
+         title(cr, "RoPE wavelength per pair: dim 128, base 500000, factor 8, original context 8192",
+               "2 pi / inv_freq[k], log scale; dynamic NTK at seq_len 32768 (4x the original)");
+         double top = 1;
+         for (const auto& s : rope_series)
+           for (double v : s.y) top = std::max(top, v);
+         series_figure(cr, rope_series, -1, static_cast<double>(kRopeDim / 2), 1,
+                       std::pow(10.0, std::ceil(std::log10(top))), nice_ticks(0, static_cast<double>(kRopeDim / 2 - 1), 8), "pair k",
+                       "wavelength (positions)");
+       });
+
+  // ALiBi: the slope of each head, for a few head counts.
+  std::vector<Series> alibi_series;
+  for (const int64_t heads : kAlibiHeads) {
+    const auto slopes = alibi_slopes(heads);
+    Series s{std::to_string(heads) + " heads", {}, {}};
+    for (size_t h = 0; h < slopes.size(); ++h) {
+      s.x.push_back(static_cast<double>(h + 1));
+      s.y.push_back(slopes[h]);
+    }
+    alibi_series.push_back(std::move(s));
+  }
+  save("alibi_slopes", "a power-of-two head count n gives 2^(-8h/n) down to 2^-8; 12 heads take the 8 slopes of 8 heads and 4 of the 16 heads' in between",
+       [&](cairo_t* cr) {
+         title(cr, "ALiBi slope per head (max_bias 8)",
+               "head h adds -slope * distance to its attention scores; log scale");
+         series_figure(cr, alibi_series, 0, 33, 1e-3, 1, nice_ticks(1, 32, 8), "head h", "slope");
        });
 
   progress.step("writing files");

@@ -25,6 +25,13 @@ inline constexpr int kWidth = 960, kHeight = 640;
 inline constexpr Rect kTableRect{90, 80, 720, 480};             // position_table / learned_table heatmap
 inline constexpr Rect kMatrixRect[2] = {{80, 100, 360, 360}, {500, 100, 360, 360}};  // similarity_matrix panels
 
+// rope_scalings and alibi_slopes: the plot area (series are drawn inside it,
+// legends to its right) and each series' colour, in legend order.
+inline constexpr Rect kSeriesRect{100, 80, 600, 470};
+inline constexpr Rgb kSeriesColors[5] = {
+    {0.10, 0.10, 0.10}, {0.12, 0.47, 0.71}, {0.17, 0.63, 0.17}, {0.84, 0.15, 0.16}, {0.58, 0.40, 0.74}};
+inline constexpr int64_t kAlibiHeads[4] = {8, 12, 16, 32};
+
 struct PlotFile {
   std::string name;      // e.g. "position_table"
   std::string caption;   // one line on what to see
