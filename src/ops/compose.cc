@@ -8,6 +8,7 @@
 #include "common/validate.h"
 #include "kernels/kernels.h"
 #include "ops/context.h"
+#include "ops/index.h"
 #include "ops/tensor.h"
 #include "tokpos/ops.h"
 
@@ -44,6 +45,7 @@ namespace {
 using detail::check_leading_shape;
 using detail::check_no_overlap;
 using detail::check_tensor;
+using detail::index_of;
 using detail::Role;
 using detail::View;
 using tokpos::detail::fail;
@@ -51,12 +53,6 @@ using tokpos::detail::fail;
 constexpr const char* kForward = "tokpos::ops::compose_forward";
 constexpr const char* kBackward = "tokpos::ops::compose_backward";
 
-// (b, t) access to a validated (B, T) or (N) index view.
-kernels::Index index_of(const View& v) {
-  if (!v.present) return {};
-  if (v.ndim == 1) return {v.data, v.dtype, 0, v.strides[0]};
-  return {v.data, v.dtype, v.strides[0], v.strides[1]};
-}
 
 // A batch of ids and (optional) position ids, checked against each other.
 struct Batch {
@@ -478,8 +474,7 @@ void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTen
     if (!types.present) fail(Status::kInvalidArgument, where, "type_ids given without a type_table");
     if (tids.ndim != p.ndim)
       fail(Status::kShapeMismatch, where, "type_ids has ", tids.ndim, " dimensions; the plan's ids have ", p.ndim);
-    const kernels::Index ti = tids.ndim == 1 ? kernels::Index{tids.data, tids.dtype, 0, tids.strides[0]}
-                                             : kernels::Index{tids.data, tids.dtype, tids.strides[0], tids.strides[1]};
+    const kernels::Index ti = index_of(tids);
     if ((p.ndim == 2 && (tids.shape[0] != p.B || tids.shape[1] != p.T)) || (p.ndim == 1 && tids.shape[0] != p.T))
       fail(Status::kShapeMismatch, where, "type_ids does not have the shape of the plan's ids");
     const int64_t ntypes = types.shape[0];
@@ -503,9 +498,7 @@ void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTen
   tg.g.ids = kernels::Index::contiguous(p.token_rows.data(), p.T);
   tg.g.pos_ids = kernels::Index::contiguous(p.positions.data(), p.T);
   tg.types = rows_of(types);
-  if (tids.present)
-    tg.type_ids = tids.ndim == 1 ? kernels::Index{tids.data, tids.dtype, 0, tids.strides[0]}
-                                 : kernels::Index{tids.data, tids.dtype, tids.strides[0], tids.strides[1]};
+  tg.type_ids = index_of(tids);
   tg.gamma = g.present ? reinterpret_cast<const float*>(g.data) : nullptr;
   tg.beta = bt.present ? reinterpret_cast<const float*>(bt.data) : nullptr;
   tg.eps = eps;

@@ -13,6 +13,7 @@
 
 #include "common/check.h"
 #include "common/convert.h"
+#include "ops/index.h"
 #include "ops/tensor.h"
 #include "tokpos/error.h"
 
@@ -26,23 +27,8 @@ using ops::detail::Role;
 using ops::detail::View;
 
 // Element (i) of a 1-D index view, or (r, c) of a 2-D one.
-int64_t at(const View& v, int64_t offset) {
-  const char* p = v.data + offset * static_cast<int64_t>(v.dtype == DType::kI32 ? 4 : 8);
-  if (v.dtype == DType::kI32) {
-    int32_t x;
-    std::memcpy(&x, p, sizeof x);
-    return x;
-  }
-  int64_t x;
-  std::memcpy(&x, p, sizeof x);
-  return x;
-}
-int64_t at1(const View& v, int64_t i) {
-  return at(v, i * v.strides[0]);
-}
-int64_t at2(const View& v, int64_t r, int64_t c) {
-  return at(v, r * v.strides[0] + c * v.strides[1]);
-}
+int64_t at1(const View& v, int64_t i) { return ops::detail::index_of(v).at(0, i); }
+int64_t at2(const View& v, int64_t r, int64_t c) { return ops::detail::index_of(v).at(r, c); }
 
 // Writes values (row-major over out's shape) into the index view out, after
 // checking that each fits out's dtype.

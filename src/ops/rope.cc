@@ -8,6 +8,7 @@
 #include "common/rope_angle.h"
 #include "kernels/kernels.h"
 #include "ops/context.h"
+#include "ops/index.h"
 #include "ops/tensor.h"
 #include "tokpos/error.h"
 #include "tokpos/rope.h"
@@ -64,7 +65,7 @@ void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& position
       fail(Status::kInvalidArgument, where, "inv_freq[", i, "] = ", w, " must be finite with |inv_freq| <= 2^20");
     }
   }
-  kernels::Index pos{pv.data, pv.dtype, batched ? pv.strides[0] : 0, pv.strides[pv.ndim - 1]};
+  const kernels::Index pos = detail::index_of(pv);
   if (pv.numel > 0) {
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t t = 0; t < T; ++t) {
