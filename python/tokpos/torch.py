@@ -46,6 +46,8 @@ __all__ = [
     "RotaryEmbedding",
     "SinusoidalPositionalEmbedding",
     "TokenEmbedding",
+    "VocabParallelComposer",
+    "VocabParallelEmbedding",
     "apply_rope",
 ]
 
@@ -839,3 +841,7 @@ class RotaryEmbedding(nn.Module):
         if self.attention_factor != 1.0:
             s += f", attention_factor={self.attention_factor}"
         return s
+
+
+# Vocab-parallel modules over torch.distributed (docs/scale-out.md).
+from ._parallel import VocabParallelComposer, VocabParallelEmbedding  # noqa: E402

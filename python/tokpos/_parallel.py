@@ -1,0 +1,522 @@
+"""Vocab-parallel embeddings over torch.distributed (Megatron-LM's
+VocabParallelEmbedding), exported by tokpos.torch:
+
+    VocabParallelEmbedding  each rank holds a (S, D) shard of the (V, D) token table
+    VocabParallelComposer   shard rows + position rows, combined across ranks
+
+Rank r of a world of n holds the global rows [r*S, (r+1)*S), S =
+ceil(V_padded / n), V_padded = V rounded up to a multiple of
+pad_vocab_to_multiple_of (Megatron's make_vocab_size_divisible_by). Rows at or
+past V are padding: zero, never read, never given a gradient.
+
+Forward: each rank writes its partial (B, T, D) float32 output with
+_core.compose_shard (its own rows, zeros elsewhere) and the partials are
+summed: all_reduce (the output replicated on every rank; its backward is the
+identity, as Megatron's reduce_from_tensor_model_parallel_region), or with
+sequence_parallel=True reduce_scatter over T (each rank gets its T/n slice;
+the backward is an all_gather over T). Exactly one partial is nonzero at each
+element, so the sum is the owner's row bit for bit (a -0 may become +0).
+
+Positions are added after the reduction, by every rank to its own (reduced)
+output, as Megatron does: the sum then equals the one-table fused kernel's
+float32 sum bit for bit, and the replicated position table's gradient is
+computed from the full d_out on every rank (in sequence-parallel mode from
+the all-gathered d_out the token gradient needs anyway), so it is the
+one-process gradient, identical on every rank, with no extra communication.
+
+The autograd is a torch.autograd.Function (a custom op cannot carry a process
+group argument); the kernels it calls are the core's shard ops.
+
+Every id is checked against [0, V) by the kernel before any communication:
+ids being the same on every rank (they are replicated, as in Megatron), a bad
+id raises the same IndexError on every rank and no rank waits in a
+collective. Positions are checked before communication too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from . import _core
+from .torch import _PositionalEmbedding, _check_int, _lazy_zeros, _plain, _position_error
+
+__all__ = ["VocabParallelComposer", "VocabParallelEmbedding"]
+
+_F32 = torch.float32
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+# Whether the group's backend reduce-scatters (gloo does in torch 2.x; one
+# that raises is remembered and gets all_reduce + a local slice instead).
+_NO_REDUCE_SCATTER: set = set()
+
+
+def _group_info(group, where: str):
+    if not dist.is_available():
+        raise RuntimeError(f"{where}: torch.distributed is not available in this torch build")
+    if not dist.is_initialized():
+        raise RuntimeError(
+            f"{where}: torch.distributed is not initialised; call torch.distributed.init_process_group(...) "
+            "first (torchrun sets the environment it reads)"
+        )
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if rank < 0:
+        raise RuntimeError(f"{where}: this process is not a member of the given process group")
+    return world, rank
+
+
+def _backend_key(group):
+    return id(group) if group is not None else None
+
+
+def _reduce_scatter_t(partial_tbd: Tensor, world: int, group) -> Tensor:
+    """Sums the ranks' (T, B, D) partials and returns this rank's (T/n, B, D)
+    slice: reduce_scatter_tensor where the backend has it, else all_reduce
+    and a local slice."""
+    T = partial_tbd.shape[0]
+    chunk = T // world
+    key = _backend_key(group)
+    if key not in _NO_REDUCE_SCATTER:
+        out = partial_tbd.new_empty((chunk, *partial_tbd.shape[1:]))
+        try:
+            dist.reduce_scatter_tensor(out, partial_tbd, op=dist.ReduceOp.SUM, group=group)
+            return out
+        except (RuntimeError, NotImplementedError) as e:  # the backend lacks it: every rank gets here
+            if "not support" not in str(e).lower() and not isinstance(e, NotImplementedError):
+                raise
+            _NO_REDUCE_SCATTER.add(key)
+    dist.all_reduce(partial_tbd, op=dist.ReduceOp.SUM, group=group)
+    rank = dist.get_rank(group)
+    return partial_tbd[rank * chunk : (rank + 1) * chunk].clone()
+
+
+def _gather_t(local_bsd: Tensor, world: int, group) -> Tensor:
+    """All-gathers (B, T/n, D) slices over T into a (B, T, D) view of a
+    (T, B, D) buffer (innermost stride 1)."""
+    B, chunk, D = local_bsd.shape
+    full = local_bsd.new_empty((chunk * world, B, D))
+    dist.all_gather_into_tensor(full, local_bsd.transpose(0, 1).contiguous(), group=group)
+    return full.permute(1, 0, 2)
+
+
+class _VocabParallelCompose(torch.autograd.Function):
+    """out = reduce(compose_shard(ids, shard)) + pos rows.
+
+    forward(ids (B, T), shard (S, D), pos_table (L, D) or None, position_ids
+    (B, T) or None, start, layer) -> (B, T, D), or (B, T/n, D) with
+    sequence_parallel."""
+
+    @staticmethod
+    def forward(ctx, ids, shard, pos_table, position_ids, start, layer):
+        vpe, sp = layer
+        B, T = ids.shape
+        D = shard.shape[1]
+        world, rank, group = vpe.world_size, vpe.rank, vpe.group
+        where = "tokpos.torch.VocabParallelComposer" if pos_table is not None else "tokpos.torch.VocabParallelEmbedding"
+        # The partial is written T-major when it is reduce-scattered over T,
+        # so the collective's dim 0 is T; compose_shard writes the (B, T, D)
+        # view of it (innermost stride 1).
+        buf = torch.empty((T, B, D) if sp else (B, T, D), dtype=_F32)
+        partial = buf.permute(1, 0, 2) if sp else buf
+        _core.compose_shard(
+            partial, _plain(ids), _plain(shard), vpe.vocab_size, vpe.row_begin, None, None, 0, where
+        )
+        if sp:
+            chunk = T // world
+            t0 = rank * chunk
+            out = _reduce_scatter_t(buf, world, group).permute(1, 0, 2)  # (B, chunk, D)
+        else:
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group)
+            out, t0, chunk = buf, 0, T
+        if pos_table is not None:
+            pos = _plain(pos_table)
+            if position_ids is None:
+                rows = pos[start + t0 : start + t0 + chunk].to(_F32).unsqueeze(0)
+            else:
+                rows = pos[_plain(position_ids)[:, t0 : t0 + chunk]].to(_F32)
+            out = torch.add(out, rows, out=torch.empty((B, chunk, D), dtype=_F32)) if sp else out.add_(rows)
+        elif sp:
+            out = out.contiguous()
+        ctx.save_for_backward(ids, position_ids)
+        ctx.start = start
+        ctx.layer = layer
+        ctx.pos_rows = 0 if pos_table is None else pos_table.shape[0]
+        ctx.pos_dtype = None if pos_table is None else pos_table.dtype
+        ctx.shard_dtype = shard.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        ids, position_ids = ctx.saved_tensors
+        vpe, sp = ctx.layer
+        want_shard = ctx.needs_input_grad[1]
+        want_pos = ctx.needs_input_grad[2]
+        if not (want_shard or want_pos):
+            return None, None, None, None, None, None
+        d_out = d_out.to(_F32)
+        if sp:
+            # Backward of the reduce-scatter: every rank needs the whole d_out.
+            d_full = _gather_t(d_out.contiguous(), vpe.world_size, vpe.group)
+        else:
+            # Backward of the all-reduce: the identity (d_out is replicated).
+            d_full = d_out if d_out.stride(-1) == 1 else d_out.contiguous()
+        D = d_full.shape[-1]
+        d_shard = _lazy_zeros(vpe.shard_rows, D) if want_shard else None
+        d_pos = _lazy_zeros(ctx.pos_rows, D) if want_pos else None
+        _core.compose_shard_backward(
+            d_shard,
+            d_pos,
+            d_full,
+            _plain(ids),
+            vpe.vocab_size,
+            vpe.row_begin,
+            _plain(position_ids),
+            ctx.start,
+            -1,
+            "tokpos.torch.VocabParallelComposer.backward",
+        )
+        if d_shard is not None and ctx.shard_dtype != _F32:
+            d_shard = d_shard.to(ctx.shard_dtype)
+        if d_pos is not None and ctx.pos_dtype != _F32:
+            d_pos = d_pos.to(ctx.pos_dtype)
+        return None, d_shard, d_pos, None, None, None
+
+
+def _check_ids(ids, where: str) -> Tensor:
+    if not isinstance(ids, Tensor):
+        raise ValueError(f"{where}: ids must be a torch tensor, got {type(ids).__name__}")
+    if ids.dtype not in _INDEX_DTYPES:
+        raise ValueError(f"{where}: ids must be int32 or int64, got {ids.dtype}")
+    if ids.dim() not in (1, 2):
+        raise ValueError(f"{where}: ids must be (B, T) or (T), got {ids.dim()}-D")
+    if ids.device.type != "cpu":
+        raise ValueError(f"{where}: ids are on {ids.device}; only CPU tensors are supported")
+    return ids
+
+
+class VocabParallelEmbedding(nn.Module):
+    """One rank's shard of a (vocab_size, dim) token table.
+
+    weight is the (S, D) float32 shard of global rows [row_begin, row_begin +
+    S), S = ceil(V_padded / world_size); rows at or past vocab_size are
+    padding (zero, no gradient). Initialised as rows [row_begin, row_begin +
+    S) of tokpos.torch.TokenEmbedding(vocab_size, dim, seed=seed,
+    init_std=init_std) bit for bit. forward(ids) gives the whole (B, T, D)
+    output on every rank (all_reduce of the shards' partials).
+
+    group None is the default process group (torch.distributed must be
+    initialised). ids must be the same on every rank of the group."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int,
+        *,
+        group=None,
+        pad_vocab_to_multiple_of: int = 1,
+        seed: int = 0,
+        init_std: float = 0.02,
+    ) -> None:
+        super().__init__()
+        self._setup(vocab_size, dim, group, pad_vocab_to_multiple_of)
+        self.seed = _check_int("seed", seed, 0)
+        self.init_std = float(init_std)
+        self.weight = nn.Parameter(torch.zeros((self.shard_rows, self.dim), dtype=_F32))
+        self.reset_parameters()
+
+    def _setup(self, vocab_size, dim, group, pad_vocab_to_multiple_of) -> None:
+        where = "tokpos.torch.VocabParallelEmbedding"
+        self.vocab_size = _check_int("vocab_size", vocab_size, 1)
+        self.dim = _check_int("dim", dim, 1)
+        self.pad_vocab_to_multiple_of = _check_int("pad_vocab_to_multiple_of", pad_vocab_to_multiple_of, 1)
+        self.group = group
+        self.world_size, self.rank = _group_info(group, where)
+        self.row_begin, self.shard_rows = _core.vocab_shard_range(
+            self.vocab_size, self.pad_vocab_to_multiple_of, self.world_size, self.rank
+        )
+        # The real rows this rank holds: global [row_begin, row_end).
+        self.row_end = max(self.row_begin, min(self.row_begin + self.shard_rows, self.vocab_size))
+        self.padded_vocab_size = self.shard_rows * self.world_size
+
+    @property
+    def num_real_rows(self) -> int:
+        return self.row_end - self.row_begin
+
+    def reset_parameters(self) -> None:
+        """Redraws the shard's real rows from (seed, TOKEN_TABLE_STREAM) at
+        their global offsets; padding rows are zero."""
+        with torch.no_grad():
+            shard = torch.zeros((self.shard_rows, self.dim), dtype=_F32)
+            n = self.num_real_rows
+            if n:
+                _core.fill_normal(
+                    shard[:n], self.seed, _core.TOKEN_TABLE_STREAM, 0.0, self.init_std, self.row_begin * self.dim
+                )
+            self.weight.copy_(shard)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """ids (B, T) -> (B, T, D); (N) -> (N, D); the same on every rank."""
+        ids = _check_ids(ids, "tokpos.torch.VocabParallelEmbedding")
+        flat = ids.dim() == 1
+        ids2 = ids.unsqueeze(0) if flat else ids
+        out = _VocabParallelCompose.apply(ids2, self.weight, None, None, 0, (self, False))
+        return out.squeeze(0) if flat else out
+
+    # -- safetensors ---------------------------------------------------------
+
+    @classmethod
+    def from_safetensors(
+        cls, path, tensor_name: str, *, group=None, pad_vocab_to_multiple_of: int = 1
+    ) -> "VocabParallelEmbedding":
+        """The shard of the (V, D) table tensor_name in the safetensors file
+        path (F32, F16 or BF16, converted to float32 exactly): only the
+        rank's rows are mapped and read (numpy.memmap). A missing file, a
+        corrupt header or a byte range past the end of the file raise
+        OSError; an absent tensor, another dtype or a shape that is not 2-D
+        raise ValueError."""
+        where = "tokpos.torch.VocabParallelEmbedding.from_safetensors"
+        dtype, (V, D), data_begin = _read_header(path, tensor_name, where)
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
+        module._setup(V, D, group, pad_vocab_to_multiple_of)
+        module.seed = 0
+        module.init_std = 0.0
+        shard = torch.zeros((module.shard_rows, D), dtype=_F32)
+        n = module.num_real_rows
+        if n:
+            item = _ST_DTYPES[dtype][1]
+            rows = np.memmap(
+                path,
+                dtype=_ST_DTYPES[dtype][0],
+                mode="r",
+                offset=data_begin + module.row_begin * D * item,
+                shape=(n, D),
+            )
+            shard[:n] = torch.from_numpy(_to_float32(np.array(rows), dtype))
+            del rows
+        module.weight = nn.Parameter(shard)
+        return module
+
+    def full_table(self, dst: Optional[int] = 0) -> Optional[Tensor]:
+        """The (V, D) table gathered from every rank, padding rows dropped:
+        on the group rank dst only (None elsewhere), or on every rank with
+        dst=None. A collective: every rank must call it."""
+        shard = self.weight.detach().contiguous()
+        if dst is None:
+            parts = [torch.empty_like(shard) for _ in range(self.world_size)]
+            dist.all_gather(parts, shard, group=self.group)
+        else:
+            parts = [torch.empty_like(shard) for _ in range(self.world_size)] if self.rank == dst else None
+            dist.gather(shard, parts, dst=dist.get_global_rank(self.group, dst) if self.group else dst, group=self.group)
+            if self.rank != dst:
+                return None
+        return torch.cat(parts)[: self.vocab_size]
+
+    def save_safetensors(self, path, tensor_name: str) -> None:
+        """Gathers the shards to group rank 0, which writes the (V, D)
+        float32 table as tensor_name in one safetensors file at path,
+        atomically (a temporary file in the same directory, fsync, then
+        os.replace). A collective: every rank must call it, and every rank
+        returns after the file is complete, or raises OSError if rank 0
+        could not write it."""
+        where = "tokpos.torch.VocabParallelEmbedding.save_safetensors"
+        table = self.full_table(dst=0)
+        failure = [None]
+        if self.rank == 0:
+            try:
+                _write_safetensors(os.fspath(path), tensor_name, table)
+            except Exception as e:  # noqa: BLE001 (reported to every rank below)
+                failure = [f"{type(e).__name__}: {e}"]
+                error = e
+        src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        dist.broadcast_object_list(failure, src=src, group=self.group)
+        if failure[0] is not None:
+            if self.rank == 0:
+                raise error
+            raise OSError(f"{where}: rank 0 could not write {os.fspath(path)!r}: {failure[0]}")
+
+    def extra_repr(self) -> str:
+        s = (
+            f"{self.vocab_size}, {self.dim}, rank={self.rank}/{self.world_size}, "
+            f"rows=[{self.row_begin}, {self.row_begin + self.shard_rows})"
+        )
+        if self.pad_vocab_to_multiple_of != 1:
+            s += f", pad_vocab_to_multiple_of={self.pad_vocab_to_multiple_of}"
+        return s
+
+
+class VocabParallelComposer(nn.Module):
+    """The input stage over a vocab-parallel table: composer(ids) = token
+    rows (from every rank's shard, summed across ranks) + position rows.
+
+    Without sequence_parallel every rank gets the whole (B, T, D) output.
+    With sequence_parallel=True rank r gets the T slice [r*T/n, (r+1)*T/n)
+    as (B, T/n, D) (T must divide by the world size). The position table
+    (replicated on every rank) is added after the reduction; its gradient is
+    the whole batch's on every rank (no all-reduce of it is needed, and none
+    must be added)."""
+
+    def __init__(
+        self,
+        vocab_parallel_embedding: VocabParallelEmbedding,
+        positional_embedding: _PositionalEmbedding,
+        *,
+        sequence_parallel: bool = False,
+    ) -> None:
+        super().__init__()
+        if not isinstance(vocab_parallel_embedding, VocabParallelEmbedding):
+            raise ValueError("vocab_parallel_embedding must be a tokpos.torch.VocabParallelEmbedding")
+        if not isinstance(positional_embedding, _PositionalEmbedding):
+            raise ValueError(
+                "positional_embedding must be a tokpos.torch LearnedPositionalEmbedding "
+                "or SinusoidalPositionalEmbedding"
+            )
+        if vocab_parallel_embedding.dim != positional_embedding.dim:
+            raise ValueError(
+                f"vocab_parallel_embedding has dim {vocab_parallel_embedding.dim} but positional_embedding "
+                f"has dim {positional_embedding.dim}"
+            )
+        self.token = vocab_parallel_embedding
+        self.position = positional_embedding
+        self.sequence_parallel = bool(sequence_parallel)
+
+    def forward(self, ids: Tensor, *, position_ids: Optional[Tensor] = None, start: int = 0) -> Tensor:
+        """ids (B, T) (or (T)) -> (B, T, D) (or (T, D)); with
+        sequence_parallel (B, T/n, D) (or (T/n, D))."""
+        where = "tokpos.torch.VocabParallelComposer"
+        ids = _check_ids(ids, where)
+        start = _check_int("start", start, 0)
+        flat = ids.dim() == 1
+        ids2 = ids.unsqueeze(0) if flat else ids
+        T = ids2.shape[1]
+        world = self.token.world_size
+        if self.sequence_parallel and T % world:
+            raise ValueError(
+                f"{where}: sequence_parallel needs the sequence length T = {T} to divide by the world size {world}"
+            )
+        L = self.position.max_context_length
+        pos2 = None
+        if position_ids is not None:
+            if not isinstance(position_ids, Tensor) or position_ids.dtype not in _INDEX_DTYPES:
+                raise ValueError(f"{where}: position_ids must be an int32 or int64 tensor")
+            if tuple(position_ids.shape) != tuple(ids.shape):
+                raise ValueError(
+                    f"{where}: position_ids has shape {tuple(position_ids.shape)} but ids has {tuple(ids.shape)}"
+                )
+            pos2 = position_ids.unsqueeze(0) if flat else position_ids
+            if pos2.numel() and int(pos2.min()) < 0:
+                raise IndexError(f"{where}: position {int(pos2.min())} is negative")
+        # Checked before any communication, identically on every rank.
+        message = _position_error(where, L, pos2, 0 if pos2 is not None else start, T)
+        if message is not None:
+            raise IndexError(message)
+        out = _VocabParallelCompose.apply(
+            ids2, self.token.weight, self.position.weight, pos2, start, (self.token, self.sequence_parallel)
+        )
+        return out.squeeze(0) if flat else out
+
+
+# ---------------------------------------------------------------------------
+# safetensors: 8-byte little-endian header length, the JSON header, the data.
+
+# name -> (numpy dtype of the stored bits, bytes per element)
+_ST_DTYPES = {"F32": (np.dtype("<f4"), 4), "F16": (np.dtype("<f2"), 2), "BF16": (np.dtype("<u2"), 2)}
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+def _to_float32(a: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "BF16":
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a.astype(np.float32)
+
+
+def _read_header(path, tensor_name: str, where: str):
+    """(dtype, (V, D), absolute byte offset of the tensor's data)."""
+    path = os.fspath(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise OSError(f"{where}: {path!r} is {size} bytes, too short for a safetensors header")
+            n = int.from_bytes(head, "little")
+            if n > _MAX_HEADER or 8 + n > size:
+                raise OSError(
+                    f"{where}: {path!r}: header length {n} exceeds the file ({size} bytes) or the limit {_MAX_HEADER}"
+                )
+            text = f.read(n)
+    except FileNotFoundError:
+        raise OSError(f"{where}: {path!r} does not exist") from None
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise OSError(f"{where}: {path!r}: the header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise OSError(f"{where}: {path!r}: the header is not a JSON object")
+    entry = header.get(tensor_name)
+    if entry is None or tensor_name == "__metadata__":
+        names = sorted(k for k in header if k != "__metadata__")
+        raise ValueError(f"{where}: {path!r} has no tensor {tensor_name!r} (it has {names[:10]})")
+    try:
+        dtype, shape, (b0, b1) = entry["dtype"], entry["shape"], entry["data_offsets"]
+        shape = [int(s) for s in shape]
+        b0, b1 = int(b0), int(b1)
+    except (KeyError, TypeError, ValueError):
+        raise OSError(f"{where}: {path!r}: the entry of {tensor_name!r} is malformed: {entry!r}") from None
+    if dtype not in _ST_DTYPES:
+        raise ValueError(f"{where}: {tensor_name!r} has dtype {dtype}; only F32, F16 and BF16 are supported")
+    if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+        raise ValueError(f"{where}: {tensor_name!r} has shape {shape}; a (vocab_size, dim) table is needed")
+    nbytes = shape[0] * shape[1] * _ST_DTYPES[dtype][1]
+    data_begin = 8 + n
+    if b0 < 0 or b1 - b0 != nbytes:
+        raise OSError(
+            f"{where}: {tensor_name!r}: data_offsets [{b0}, {b1}) hold {b1 - b0} bytes but shape {shape} "
+            f"in {dtype} needs {nbytes}"
+        )
+    if data_begin + b1 > size:
+        raise OSError(
+            f"{where}: {tensor_name!r}: data_offsets [{b0}, {b1}) end at byte {data_begin + b1}, "
+            f"past the end of {path!r} ({size} bytes)"
+        )
+    return dtype, (shape[0], shape[1]), data_begin + b0
+
+
+def _write_safetensors(path: str, tensor_name: str, table: Tensor) -> None:
+    """One float32 tensor as a safetensors file, written atomically."""
+    data = np.ascontiguousarray(table.detach().numpy(), dtype="<f4")
+    header = {tensor_name: {"dtype": "F32", "shape": list(data.shape), "data_offsets": [0, data.nbytes]}}
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tokpos-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(len(text).to_bytes(8, "little"))
+            f.write(text)
+            f.write(memoryview(data).cast("B"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
