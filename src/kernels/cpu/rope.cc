@@ -31,8 +31,31 @@ inline E narrow(float v) {
   }
 }
 
+// One row's cos and sin (times the attention factor; sin_factor carries the
+// inverse's sign, an exact negation), rounded to float: a loop of plain
+// double arithmetic and fma, which the clones vectorise.
+__attribute__((always_inline)) inline void cos_sin_row(int64_t p, const double* __restrict__ inv_freq,
+                                                       int64_t half, double factor, double sin_factor,
+                                                       float* __restrict__ cs, float* __restrict__ sn) {
+  for (int64_t i = 0; i < half; ++i) {
+    double cd, sd;
+    detail::rope_cos_sin(p, detail::rope_turns(inv_freq[i]), &cd, &sd);
+    cs[i] = static_cast<float>(cd * factor);
+    sn[i] = static_cast<float>(sd * sin_factor);
+  }
+}
+
+// The cpu kernels' clones, with FMA beside AVX2 (every AVX2 server core has
+// it): the angle loop's exact products are fma, a call to libm without it.
+// fma is exact, so every clone gives the same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TOKPOS_ROPE_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#else
+#define TOKPOS_ROPE_CLONES TOKPOS_KERNEL_CLONES
+#endif
+
 template <typename E>
-TOKPOS_KERNEL_CLONES void rope_rows(const RopeApply& r, float* __restrict__ scratch, int64_t n0, int64_t n1) {
+TOKPOS_ROPE_CLONES void rope_rows(const RopeApply& r, float* __restrict__ scratch, int64_t n0, int64_t n1) {
   const int64_t half = r.half;
   float* __restrict__ cs = scratch;             // cos, half
   float* __restrict__ sn = scratch + half;      // sin, half
@@ -41,15 +64,12 @@ TOKPOS_KERNEL_CLONES void rope_rows(const RopeApply& r, float* __restrict__ scra
   const E* x = static_cast<const E*>(r.x);
   E* out = static_cast<E*>(r.out);
   const bool half_layout = r.layout == RopeLayout::kHalf;
+  const double* inv_freq = r.inv_freq;
+  const double factor = r.attention_factor, sin_factor = r.inverse ? -r.attention_factor : r.attention_factor;
   for (int64_t n = n0; n < n1; ++n) {
     const int64_t b = n / r.T, t = n % r.T;
     const int64_t p = r.pos.at(b, t);
-    for (int64_t i = 0; i < half; ++i) {
-      double cd = 0, sd = 0;
-      detail::rope_cos_sin(p, detail::rope_turns(r.inv_freq[i]), &cd, &sd);
-      cs[i] = static_cast<float>(cd * r.attention_factor);
-      sn[i] = static_cast<float>((r.inverse ? -sd : sd) * r.attention_factor);
-    }
+    cos_sin_row(p, inv_freq, half, factor, sin_factor, cs, sn);
     for (int64_t h = 0; h < r.H; ++h) {
       const E* xr = x + b * r.xsb + t * r.xst + h * r.xsh;
       E* orow = out + b * r.osb + t * r.ost + h * r.osh;
