@@ -48,7 +48,7 @@ __attribute__((always_inline)) inline void cos_sin_row(int64_t p, const double* 
 // The cpu kernels' clones, with FMA beside AVX2 (every AVX2 server core has
 // it): the angle loop's exact products are fma, a call to libm without it.
 // fma is exact, so every clone gives the same bits.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(TOKPOS_NO_TARGET_CLONES)
 #define TOKPOS_ROPE_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 #else
 #define TOKPOS_ROPE_CLONES TOKPOS_KERNEL_CLONES
