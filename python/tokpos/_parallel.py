@@ -315,7 +315,8 @@ class VocabParallelEmbedding(nn.Module):
             dist.all_gather(parts, shard, group=self.group)
         else:
             parts = [torch.empty_like(shard) for _ in range(self.world_size)] if self.rank == dst else None
-            dist.gather(shard, parts, dst=dist.get_global_rank(self.group, dst) if self.group else dst, group=self.group)
+            root = dst if self.group is None else dist.get_global_rank(self.group, dst)
+            dist.gather(shard, parts, dst=root, group=self.group)
             if self.rank != dst:
                 return None
         return torch.cat(parts)[: self.vocab_size]
