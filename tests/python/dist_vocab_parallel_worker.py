@@ -187,6 +187,10 @@ def embedding_case(V, D, pad, B, T, seed):
     out.backward(G)
     same(vpe.weight.grad[: v1 - v0], tok.weight.grad[v0:v1], f"{what}: weight grad")
     check(bool((vpe.weight.grad[v1 - v0 :] == 0).all()), f"{what}: padding rows' gradient is not zero")
+    # An optimizer step leaves the padding rows at zero.
+    torch.optim.AdamW([vpe.weight], lr=0.1, weight_decay=0.1).step()
+    check(bool((vpe.weight.detach()[v1 - v0 :] == 0).all()), f"{what}: padding rows changed by an AdamW step")
+    check(v1 == v0 or not torch.equal(vpe.weight.detach()[: v1 - v0], tok.weight.detach()[v0:v1]), f"{what}: no step")
 
 
 def error_cases(V, D, pad, L):
@@ -218,7 +222,8 @@ def error_cases(V, D, pad, L):
 def write_st(path: pathlib.Path, name: str, array: np.ndarray, dtype: str, *, shape=None, end_extra=0) -> None:
     data = array.tobytes()
     shape = list(array.shape) if shape is None else shape
-    header = {"__metadata__": {"format": "pt"}, name: {"dtype": dtype, "shape": shape, "data_offsets": [0, len(data) + end_extra]}}
+    entry = {"dtype": dtype, "shape": shape, "data_offsets": [0, len(data) + end_extra]}
+    header = {"__metadata__": {"format": "pt"}, name: entry}
     text = json.dumps(header).encode()
     path.write_bytes(len(text).to_bytes(8, "little") + text + data)
 
@@ -260,11 +265,15 @@ def safetensors_cases(root: pathlib.Path, V, D, pad):
         same(vpe.weight.detach()[:n], expected[v0:v1], f"{what}: {fname} load rows [{v0}, {v1})")
         check(bool((vpe.weight.detach()[n:] == 0).all()), f"{what}: {fname} load padding rows are not zero")
     f = d / "f32.safetensors"
-    expect_error(ValueError, ["I32"], lambda: VocabParallelEmbedding.from_safetensors(d / "i32.safetensors", "wte"), "I32 file")
-    expect_error(ValueError, [str([V * D])], lambda: VocabParallelEmbedding.from_safetensors(d / "vec.safetensors", "wte"), "1-D tensor")
-    expect_error(OSError, ["past the end"], lambda: VocabParallelEmbedding.from_safetensors(d / "short.safetensors", "wte"), "short file")
-    expect_error(ValueError, ["'nope'"], lambda: VocabParallelEmbedding.from_safetensors(f, "nope"), "absent tensor")
-    expect_error(OSError, ["missing"], lambda: VocabParallelEmbedding.from_safetensors(d / "missing.safetensors", "wte"), "absent file")
+
+    def load(name, tensor="wte"):
+        return lambda: VocabParallelEmbedding.from_safetensors(d / name, tensor)
+
+    expect_error(ValueError, ["I32"], load("i32.safetensors"), "I32 file")
+    expect_error(ValueError, [str([V * D])], load("vec.safetensors"), "1-D tensor")
+    expect_error(OSError, ["past the end"], load("short.safetensors"), "short file")
+    expect_error(ValueError, ["'nope'"], load("f32.safetensors", "nope"), "absent tensor")
+    expect_error(OSError, ["missing"], load("missing.safetensors"), "absent file")
 
     # Round trip: load the shard, save on rank 0, compare the file with the table.
     vpe = VocabParallelEmbedding.from_safetensors(f, "wte", pad_vocab_to_multiple_of=pad)
@@ -318,8 +327,11 @@ def main() -> int:
                     pids = torch.tensor([[0, 1, 2, 0, 1, 2, 3, 0], [0, 1, 2, 3, 4, 5, 6, 7], [0, 0, 1, 1, 2, 0, 1, 2]])
                 dt = torch.int32 if k % 2 else torch.int64
                 composer_case(V, D, pad, L, B, T, sp=sp, position_ids=pids, start=start, seed=20 + k, ids_dtype=dt)
-            composer_case(V, D, pad, L, 1, 8, sp=False, position_ids=None, start=1, seed=31, ids_dtype=torch.int64, flat=True)
-            composer_case(V, D, pad, L, 1, 8, sp=True, position_ids=None, start=0, seed=32, ids_dtype=torch.int64, flat=True)
+            for seed, (sp, start) in ((31, (False, 1)), (32, (True, 0))):
+                composer_case(
+                    V, D, pad, L, 1, 8,
+                    sp=sp, position_ids=None, start=start, seed=seed, ids_dtype=torch.int64, flat=True,
+                )
             embedding_case(V, D, pad, B, T, seed=40)
             error_cases(V, D, pad, L)
             safetensors_cases(root, V, D, pad)
