@@ -204,11 +204,10 @@ int main(int argc, char** argv) {
    * for a rank that has stopped. */
   int any_err = 0;
   MPI_Allreduce(&err, &any_err, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  int rc = EXIT_TOKPOS;
   if (any_err) {
     if (!err) printf("rank %d: stopping, another rank failed\n", g_rank);
-    fflush(stdout);
-    MPI_Finalize();
-    return EXIT_TOKPOS;
+    goto done;
   }
   MPI_Allreduce(MPI_IN_PLACE, out, (int)(N * D), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 
@@ -291,8 +290,10 @@ int main(int argc, char** argv) {
     printf("forward: %s\n", all_bad & 2 ? "DIFFERS" : "bitwise equal");
     printf("backward: %s\n", all_bad & 4 ? "DIFFERS" : "bitwise equal");
   }
-  fflush(stdout);
+  rc = all_err ? EXIT_TOKPOS : all_bad ? EXIT_MISMATCH : 0;
 
+done:
+  fflush(stdout);
   free(ids);
   free(shard);
   free(whole);
@@ -305,5 +306,5 @@ int main(int argc, char** argv) {
   free(d_pos);
   free(d_pos_ref);
   MPI_Finalize();
-  return all_err ? EXIT_TOKPOS : all_bad ? EXIT_MISMATCH : 0;
+  return rc;
 }
