@@ -23,6 +23,7 @@ import tokpos
 from tokpos.torch import (
     EmbeddingComposer,
     LearnedPositionalEmbedding,
+    SinusoidalPositionalEmbedding,
     TokenEmbedding,
     VocabParallelComposer,
     VocabParallelEmbedding,
@@ -193,6 +194,25 @@ def embedding_case(V, D, pad, B, T, seed):
     check(v1 == v0 or not torch.equal(vpe.weight.detach()[: v1 - v0], tok.weight.detach()[v0:v1]), f"{what}: no step")
 
 
+def sinusoidal_case(V, D, pad, L, sp):
+    """The fixed sinusoidal table (a buffer, no gradient) as the positions."""
+    what = f"sinusoidal V={V} D={D} pad={pad} sp={sp}"
+    S, v0, v1 = real_rows(V, pad)
+    B, T = 2, 4 * WORLD
+    ids = make_ids(V, S, B, T, 50, torch.int64)
+    G = torch.randn((B, T, D), generator=torch.Generator().manual_seed(51))
+    tok = TokenEmbedding(V, D, seed=52)
+    ref = EmbeddingComposer(tok, SinusoidalPositionalEmbedding(L, D))(ids, start=3)
+    ref.backward(G)
+    vpe = VocabParallelEmbedding(V, D, seed=52, pad_vocab_to_multiple_of=pad)
+    out = VocabParallelComposer(vpe, SinusoidalPositionalEmbedding(L, D), sequence_parallel=sp)(ids, start=3)
+    c = T // WORLD if sp else T
+    t0 = RANK * c if sp else 0
+    same(out.detach(), ref.detach()[:, t0 : t0 + c], f"{what}: forward")
+    out.backward(G[:, t0 : t0 + c])
+    same(vpe.weight.grad[: v1 - v0], tok.weight.grad[v0:v1], f"{what}: weight grad")
+
+
 def error_cases(V, D, pad, L):
     S, _, _ = real_rows(V, pad)
     vpe = VocabParallelEmbedding(V, D, seed=3, pad_vocab_to_multiple_of=pad)
@@ -333,6 +353,9 @@ def main() -> int:
                     sp=sp, position_ids=None, start=start, seed=seed, ids_dtype=torch.int64, flat=True,
                 )
             embedding_case(V, D, pad, B, T, seed=40)
+            if pad == 1:
+                sinusoidal_case(V, D, pad, L, sp=False)
+                sinusoidal_case(V, D, pad, L, sp=True)
             error_cases(V, D, pad, L)
             safetensors_cases(root, V, D, pad)
     except Exception:  # noqa: BLE001
