@@ -23,7 +23,7 @@ build: configure
 # Every test: the C++, C and CLI suites through ctest, then the Python suite.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	@grep -h "conformance: SKIPPED" $(BUILD)/Testing/Temporary/LastTest.log 2>/dev/null || true
+	@grep -hE "conformance: SKIPPED|MPI not found|mpiexec not found" $(BUILD)/Testing/Temporary/LastTest.log 2>/dev/null || true
 	@$(MAKE) --no-print-directory test-python
 
 # The Python package, built as `pip install .` builds it, into $(BUILD)/venv.
