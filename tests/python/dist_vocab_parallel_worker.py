@@ -213,6 +213,27 @@ def sinusoidal_case(V, D, pad, L, sp):
     same(vpe.weight.grad[: v1 - v0], tok.weight.grad[v0:v1], f"{what}: weight grad")
 
 
+def without_reduce_scatter(fn):
+    """fn with a backend that lacks reduce_scatter_tensor: the modules fall
+    back to all_reduce and a local slice of T, with the same results."""
+    from tokpos import _parallel
+
+    real = dist.reduce_scatter_tensor
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("ProcessGroup does not support reduce_scatter_tensor (simulated)")
+
+    dist.reduce_scatter_tensor = refuse
+    try:
+        fn()
+    finally:
+        dist.reduce_scatter_tensor = real
+        _parallel._NO_REDUCE_SCATTER.clear()
+    check(len(calls) == 1, f"the fallback tried reduce_scatter_tensor {len(calls)} times, not once")
+
+
 def error_cases(V, D, pad, L):
     S, _, _ = real_rows(V, pad)
     vpe = VocabParallelEmbedding(V, D, seed=3, pad_vocab_to_multiple_of=pad)
@@ -356,6 +377,7 @@ def main() -> int:
             if pad == 1:
                 sinusoidal_case(V, D, pad, L, sp=False)
                 sinusoidal_case(V, D, pad, L, sp=True)
+                without_reduce_scatter(lambda: sinusoidal_case(V, D, pad, L, sp=True))
             error_cases(V, D, pad, L)
             safetensors_cases(root, V, D, pad)
     except Exception:  # noqa: BLE001
