@@ -46,7 +46,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from . import _core
-from .torch import _PositionalEmbedding, _check_int, _lazy_zeros, _plain, _position_error
+from .torch import _PositionalEmbedding, _check_composer_parts, _check_int, _lazy_zeros, _plain, _position_error
 
 __all__ = ["VocabParallelComposer", "VocabParallelEmbedding"]
 
@@ -373,18 +373,9 @@ class VocabParallelComposer(nn.Module):
         sequence_parallel: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(vocab_parallel_embedding, VocabParallelEmbedding):
-            raise ValueError("vocab_parallel_embedding must be a tokpos.torch.VocabParallelEmbedding")
-        if not isinstance(positional_embedding, _PositionalEmbedding):
-            raise ValueError(
-                "positional_embedding must be a tokpos.torch LearnedPositionalEmbedding "
-                "or SinusoidalPositionalEmbedding"
-            )
-        if vocab_parallel_embedding.dim != positional_embedding.dim:
-            raise ValueError(
-                f"vocab_parallel_embedding has dim {vocab_parallel_embedding.dim} but positional_embedding "
-                f"has dim {positional_embedding.dim}"
-            )
+        _check_composer_parts(
+            vocab_parallel_embedding, VocabParallelEmbedding, "vocab_parallel_embedding", positional_embedding
+        )
         self.token = vocab_parallel_embedding
         self.position = positional_embedding
         self.sequence_parallel = bool(sequence_parallel)

@@ -574,6 +574,18 @@ class SinusoidalPositionalEmbedding(_PositionalEmbedding):
         return f"{self.max_context_length}, {self.dim}, base={self.base}, layout={self.layout!r}"
 
 
+def _check_composer_parts(token, token_class: type, token_name: str, positional) -> None:
+    """A composer's two modules: of the right classes, with one D."""
+    if not isinstance(token, token_class):
+        raise ValueError(f"{token_name} must be a tokpos.torch.{token_class.__name__}")
+    if not isinstance(positional, _PositionalEmbedding):
+        raise ValueError(
+            "positional_embedding must be a tokpos.torch LearnedPositionalEmbedding or SinusoidalPositionalEmbedding"
+        )
+    if token.dim != positional.dim:
+        raise ValueError(f"{token_name} has dim {token.dim} but positional_embedding has dim {positional.dim}")
+
+
 class EmbeddingComposer(nn.Module):
     """The input stage: composer(ids) = token rows + position rows, (B, T, D),
     computed by one fused kernel (each element summed in float32, rounded
@@ -585,18 +597,7 @@ class EmbeddingComposer(nn.Module):
 
     def __init__(self, token_embedding: TokenEmbedding, positional_embedding: _PositionalEmbedding) -> None:
         super().__init__()
-        if not isinstance(token_embedding, TokenEmbedding):
-            raise ValueError("token_embedding must be a tokpos.torch.TokenEmbedding")
-        if not isinstance(positional_embedding, _PositionalEmbedding):
-            raise ValueError(
-                "positional_embedding must be a tokpos.torch LearnedPositionalEmbedding "
-                "or SinusoidalPositionalEmbedding"
-            )
-        if token_embedding.dim != positional_embedding.dim:
-            raise ValueError(
-                f"token_embedding has dim {token_embedding.dim} but positional_embedding has dim "
-                f"{positional_embedding.dim}"
-            )
+        _check_composer_parts(token_embedding, TokenEmbedding, "token_embedding", positional_embedding)
         self.token = token_embedding
         self.position = positional_embedding
 
