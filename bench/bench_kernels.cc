@@ -12,6 +12,12 @@
 //   reference  op_plan on the reference back end (Context::set_backend:
 //            plain loops, the definition), one thread, for scale.
 //
+// And the copy line: BM_ParallelCopy (glibc memcpy), BM_ParallelCopyNT
+// (non-temporal stores), BM_ForwardVsCopy (the forward and both copies in
+// every iteration, with forward / best copy as a counter) and
+// BM_ForwardHugeVsPlain (the forward over a token table on 2 MiB pages
+// against the same table on 4 KiB pages, alternating).
+//
 // The DLTensors and TensorViews describe the same buffers on every call, so
 // they are filled in once, before the timed loop; the ops still check every
 // argument on every call. old_c and op_c check the ids on every call and the
@@ -32,12 +38,21 @@
 //   build/bin/tokpos_bench --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
 #include <dlpack/dlpack.h>
+#include <emmintrin.h>
 #include <omp.h>
+#include <sys/mman.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <exception>
+#include <fstream>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -308,6 +323,216 @@ void BM_ParallelCopy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 4 * 2);
 }
 
+// ---------------------------------------------------------------------------
+// The best copy, and the forward against it in the same loop.
+//
+// Two parallel copies of the output's bytes (each thread one contiguous
+// range): glibc memcpy, and a copy with SSE2 non-temporal stores (the line
+// goes to memory without being read first, as the forward's streaming stores
+// do). BM_ForwardVsCopy times the forward (the C function, default streaming
+// threshold), memcpy and the non-temporal copy one after the other in every
+// iteration, so a slow moment on a shared machine hits all three alike, and
+// reports each one's median and forward / (the faster copy's median).
+
+void copy_memcpy(float* dst, const float* src, int64_t n, int nt) {
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
+    const int64_t lo = n * k / team, hi = n * (k + 1) / team;
+    std::memcpy(dst + lo, src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+}
+
+void copy_nt_range(float* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+  while (i < n && reinterpret_cast<uintptr_t>(dst + i) % 64 != 0) dst[i] = src[i], ++i;
+  for (; i + 16 <= n; i += 16) {
+    const __m128 a = _mm_loadu_ps(src + i), b = _mm_loadu_ps(src + i + 4), c = _mm_loadu_ps(src + i + 8),
+                 d = _mm_loadu_ps(src + i + 12);
+    _mm_stream_ps(dst + i, a);
+    _mm_stream_ps(dst + i + 4, b);
+    _mm_stream_ps(dst + i + 8, c);
+    _mm_stream_ps(dst + i + 12, d);
+  }
+  for (; i < n; ++i) dst[i] = src[i];
+  _mm_sfence();
+}
+
+void copy_nt(float* dst, const float* src, int64_t n, int nt) {
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
+    const int64_t lo = n * k / team, hi = n * (k + 1) / team;
+    copy_nt_range(dst + lo, src + lo, hi - lo);
+  }
+}
+
+// The non-temporal copy alone (compare BM_ParallelCopy, glibc memcpy).
+void BM_ParallelCopyNT(benchmark::State& state) {
+  set_threads(static_cast<int>(state.range(0)));
+  auto& d = state.range(1) ? llama() : gpt2();
+  const int64_t n = static_cast<int64_t>(d.out.size());
+  const int nt = tokpos_get_num_threads();
+  for (auto _ : state) {
+    copy_nt(d.out.data(), d.d_out.data(), n, nt);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * 4 * 2);
+}
+
+struct Mapping {
+  void* p = nullptr;
+  size_t bytes = 0;
+  Mapping(size_t n, bool huge) : bytes((n + (2u << 20) - 1) & ~size_t((2u << 20) - 1)) {
+    p = std::aligned_alloc(size_t{2} << 20, bytes);
+    if (p != nullptr) madvise(p, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  }
+  ~Mapping() { std::free(p); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  float* f() const { return static_cast<float*>(p); }
+};
+
+// AnonHugePages, in KiB, summed over the smaps entries overlapping [p, p + bytes).
+double huge_kib(const void* p, size_t bytes) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+  bool inside = false;
+  double kib = 0;
+  while (std::getline(smaps, line)) {
+    unsigned long a = 0, b = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &a, &b) == 2 && line.find(':') > line.find(' ')) {
+      inside = a < hi && b > lo;
+    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      kib += std::strtod(line.c_str() + 14, nullptr);
+    }
+  }
+  return kib;
+}
+
+double seconds_of(const auto& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU seconds of the whole process (all threads) across fn: at 1 thread, the
+// time fn ran, whatever else the machine was running.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.empty() ? 0.0 : (v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]));
+}
+
+// range(0): threads; range(1): 1 = Llama-2-7B shape, 0 = GPT-2; range(2):
+// 1 = the token table in a mapping advised MADV_HUGEPAGE (see below), 0 = the
+// plain std::vector. The time reported is the forward's; counters: fwd_ms,
+// memcpy_ms, nt_copy_ms (medians over the iterations), fwd_per_best_copy, and
+// the same from process CPU time (cpu_*: at 1 thread, immune to other
+// processes taking the core).
+void BM_ForwardVsCopy(benchmark::State& state) {
+  set_threads(static_cast<int>(state.range(0)));
+  auto& d = state.range(1) ? llama() : gpt2();
+  const Shape s = d.s;
+  const int64_t n = static_cast<int64_t>(d.out.size());
+  const int nt = tokpos_get_num_threads();
+  std::vector<float> copy_dst(d.out.size());
+  copy_memcpy(copy_dst.data(), d.d_out.data(), n, nt);  // fault it in
+  const float* tok = d.tok.data();
+  std::unique_ptr<Mapping> huge;
+  if (state.range(2)) {
+    huge = std::make_unique<Mapping>(d.tok.size() * sizeof(float), true);
+    if (huge->p == nullptr) {
+      state.SkipWithError("aligned_alloc failed");
+      return;
+    }
+    std::memcpy(huge->p, d.tok.data(), d.tok.size() * sizeof(float));
+    tok = huge->f();
+  }
+  std::vector<double> fwd, mc, ntc, cfwd, cmc, cntc;
+  auto timed = [](std::vector<double>& wall, std::vector<double>& cpu, const auto& fn) {
+    const double c0 = process_cpu_seconds();
+    wall.push_back(seconds_of(fn));
+    cpu.push_back(process_cpu_seconds() - c0);
+  };
+  for (auto _ : state) {
+    tokpos_status st = TOKPOS_OK;
+    timed(fwd, cfwd, [&] {
+      st = tokpos_compose_forward(d.out.data(), d.ids.data(), s.B, s.T, tok, s.V, d.pos.data(), s.L, s.D);
+    });
+    if (!ok(state, st)) break;
+    benchmark::DoNotOptimize(d.out.data());
+    timed(mc, cmc, [&] { copy_memcpy(copy_dst.data(), d.d_out.data(), n, nt); });
+    benchmark::ClobberMemory();
+    timed(ntc, cntc, [&] { copy_nt(copy_dst.data(), d.d_out.data(), n, nt); });
+    benchmark::ClobberMemory();
+    state.SetIterationTime(fwd.back());
+  }
+  const double mf = median_of(fwd), mm = median_of(mc), mn = median_of(ntc);
+  state.counters["fwd_ms"] = mf * 1e3;
+  state.counters["memcpy_ms"] = mm * 1e3;
+  state.counters["nt_copy_ms"] = mn * 1e3;
+  state.counters["fwd_per_best_copy"] = mf / std::min(mm, mn);
+  const double cf = median_of(cfwd), cm = median_of(cmc), cn = median_of(cntc);
+  state.counters["cpu_fwd_ms"] = cf * 1e3;
+  state.counters["cpu_nt_copy_ms"] = cn * 1e3;
+  state.counters["cpu_fwd_per_best_copy"] = cf / std::min(cm, cn);
+  state.SetBytesProcessed(state.iterations() * n * 4 * 2);
+}
+
+// ---------------------------------------------------------------------------
+// Huge pages for a caller-owned table. Two copies of the token table, each in
+// its own 2 MiB-aligned mapping: one advised MADV_HUGEPAGE before it is first
+// written, one MADV_NOHUGEPAGE (4 KiB pages). Every iteration runs the same
+// forward over each (alternating which goes first); counters: the medians,
+// their ratio (huge / plain), and the MiB of each table the kernel actually
+// backs with huge pages (AnonHugePages in /proc/self/smaps).
+void BM_ForwardHugeVsPlain(benchmark::State& state) {
+  set_threads(static_cast<int>(state.range(0)));
+  auto& d = state.range(1) ? llama() : gpt2();
+  const Shape s = d.s;
+  const size_t table_bytes = d.tok.size() * sizeof(float);
+  Mapping huge(table_bytes, true), plain(table_bytes, false);
+  if (huge.p == nullptr || plain.p == nullptr) {
+    state.SkipWithError("aligned_alloc failed");
+    return;
+  }
+  std::memcpy(huge.p, d.tok.data(), table_bytes);
+  std::memcpy(plain.p, d.tok.data(), table_bytes);
+  auto fwd = [&](const float* tok) {
+    return seconds_of([&] {
+      tokpos_compose_forward(d.out.data(), d.ids.data(), s.B, s.T, tok, s.V, d.pos.data(), s.L, s.D);
+      benchmark::ClobberMemory();
+    });
+  };
+  std::vector<double> th, tp;
+  bool huge_first = true;
+  for (auto _ : state) {
+    if (huge_first) {
+      th.push_back(fwd(huge.f()));
+      tp.push_back(fwd(plain.f()));
+    } else {
+      tp.push_back(fwd(plain.f()));
+      th.push_back(fwd(huge.f()));
+    }
+    huge_first = !huge_first;
+    state.SetIterationTime(th.back());
+  }
+  const double mh = median_of(th), mp = median_of(tp);
+  state.counters["huge_ms"] = mh * 1e3;
+  state.counters["plain_ms"] = mp * 1e3;
+  state.counters["huge_per_plain"] = mh / mp;
+  state.counters["huge_MiB"] = huge_kib(huge.p, huge.bytes) / 1024;
+  state.counters["plain_huge_MiB"] = huge_kib(plain.p, plain.bytes) / 1024;
+}
+
 void BM_SinusoidalTable(benchmark::State& state) {
   set_threads(static_cast<int>(state.range(0)));
   const int64_t L = 2048, D = 768;
@@ -380,6 +605,21 @@ std::vector<std::vector<int64_t>> product(const std::vector<std::vector<int64_t>
       ->ArgNames({"threads", "llama"})
       ->Unit(kMillisecond)
       ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_ParallelCopyNT", BM_ParallelCopyNT)
+      ->ArgsProduct({{1, 2}, {0, 1}})
+      ->ArgNames({"threads", "llama"})
+      ->Unit(kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_ForwardVsCopy", BM_ForwardVsCopy)
+      ->ArgsProduct({{1, 2}, {0, 1}, {0, 1}})
+      ->ArgNames({"threads", "llama", "huge"})
+      ->Unit(kMillisecond)
+      ->UseManualTime();
+  benchmark::RegisterBenchmark("BM_ForwardHugeVsPlain", BM_ForwardHugeVsPlain)
+      ->ArgsProduct({{1, 2}, {0, 1}})
+      ->ArgNames({"threads", "llama"})
+      ->Unit(kMillisecond)
+      ->UseManualTime();
   register_apis("BM_Backward", BM_Backward, product({{1, 2}, {1, 0}}), {"threads", "pos"}, kMillisecond,
                 true);
   register_apis("BM_BackwardHotRow", BM_BackwardHotRow, {{1}, {2}}, {"threads"}, kMillisecond, true);

@@ -4,6 +4,8 @@
   tokpos    tokpos.torch.EmbeddingComposer(TokenEmbedding, LearnedPositionalEmbedding)
   eager     the lesson's modules: nn.Embedding(V, D)(ids) + nn.Embedding(L, D)(arange(T)), broadcast
   compile   torch.compile (inductor, default mode) of that eager module
+  copy      (forward rows only) dst.copy_(src) of the output's bytes into a
+            buffer that exists: the bandwidth line; tokpos/copy is printed
 
 for two modes,
 
@@ -34,14 +36,14 @@ import statistics
 import sys
 import time
 
-from machine import cpu_model, fmt_ratio, fmt_time  # bench/machine.py
+from machine import cpu_details, cpu_model, fmt_ratio, fmt_time  # bench/machine.py
 
 SHAPES = {
     "gpt2": dict(V=50257, D=768, L=1024, B=8, T=1024, label="GPT-2 small"),
     "llama2-7b": dict(V=32000, D=4096, L=4096, B=1, T=2048, label="Llama-2-7B table sizes"),
     "decode": dict(V=50257, D=768, L=1024, B=1, T=1, label="decode step (GPT-2 table)"),
 }
-IMPLS = ("tokpos", "eager", "compile")
+IMPLS = ("tokpos", "eager", "compile", "copy")
 MODES = ("fwd", "fwd+bwd")
 # Timed repeats per row: (every row but the decode forward, the decode forward).
 DEFAULT_REPEATS = (15, 400)
@@ -243,6 +245,9 @@ def run_shape(torch, tokpos, tpt, shape_name, args, rows):
             calls = {"tokpos": (nothing, lambda: tokpos_mod(ids)), "eager": (nothing, lambda: eager(ids))}
             if compiled is not None:
                 calls["compile"] = (nothing, lambda: compiled(ids))
+            copy_src = torch.randn(B, T, D, generator=gen)
+            copy_dst = torch.empty(B, T, D)
+            calls["copy"] = (nothing, lambda: copy_dst.copy_(copy_src))
             fwd = time_round_robin(calls, fwd_reps, fwd_warm)
         rows.append(make_row(shape_name, "fwd", n, fwd))
         print_row(rows[-1])
@@ -270,17 +275,19 @@ def make_row(shape, mode, threads, medians):
         row[f"{impl}_s"] = medians.get(impl)
     row["eager_over_tokpos"] = medians["eager"] / t if t else None
     row["compile_over_tokpos"] = medians["compile"] / t if t and medians.get("compile") else None
+    row["tokpos_over_copy"] = t / medians["copy"] if t and medians.get("copy") else None
     return row
 
 
-HEADER = (f"{'shape':<10} {'mode':<8} {'thr':>3} {'tokpos':>11} {'eager':>11} {'compile':>11} "
-          f"{'eager/tokpos':>13} {'compile/tokpos':>15}")
+HEADER = (f"{'shape':<10} {'mode':<8} {'thr':>3} {'tokpos':>11} {'eager':>11} {'compile':>11} {'copy':>11} "
+          f"{'eager/tokpos':>13} {'compile/tokpos':>15} {'tokpos/copy':>12}")
 
 
 def row_line(r):
     return (f"{r['shape']:<10} {r['mode']:<8} {r['threads']:>3} {fmt_time(r['tokpos_s']):>11} "
-            f"{fmt_time(r['eager_s']):>11} {fmt_time(r['compile_s']):>11} "
-            f"{fmt_ratio(r['eager_over_tokpos']):>13} {fmt_ratio(r['compile_over_tokpos']):>15}")
+            f"{fmt_time(r['eager_s']):>11} {fmt_time(r['compile_s']):>11} {fmt_time(r['copy_s']):>11} "
+            f"{fmt_ratio(r['eager_over_tokpos']):>13} {fmt_ratio(r['compile_over_tokpos']):>15} "
+            f"{fmt_ratio(r['tokpos_over_copy']):>12}")
 
 
 def print_row(r):
@@ -329,7 +336,8 @@ def main(argv=None):
     import tokpos.torch as tpt
 
     print("tokpos.torch vs torch eager vs torch.compile: the input stage (token + learned position embedding)")
-    print(f"  cpu:     {cpu_model()} ({os.cpu_count()} logical CPUs)")
+    print(f"  cpu:     {cpu_model()} ({cpu_details()}, {os.cpu_count()} logical CPUs)")
+    print(f"  load:    {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) at the start")
     print(f"  python:  {platform.python_version()}, torch {torch.__version__}, tokpos {tokpos.__version__}")
     print(f"  threads: {','.join(map(str, args.threads))} (torch.set_num_threads and tokpos.set_num_threads)")
     print("  compile: " + ("left out (--no-compile)" if args.no_compile else

@@ -1229,3 +1229,102 @@ TEST(Kernels, ReferenceBackwardOutOfMemoryLeavesBothGradientsUntouched) {
 }
 
 }  // namespace
+
+// ---- The forward's prefetch distance, visiting order and huge pages change no bits ----
+
+#include "common/huge_pages.h"
+#include "kernels/cpu/cpu_common.h"
+
+namespace {
+
+// Every prefetch distance the forward can choose (none, one row, the default,
+// the most rows) and every visiting order (plain, blocks of 1 and of several
+// position rows, the default), forced through set_prefetch_bytes and
+// set_position_tile_bytes, against the reference, streamed and not, at 1 and
+// 2 threads, positions from start or from position ids, for every table and
+// output type.
+TEST(Kernels, ForwardBitsDoNotDependOnPrefetchOrVisitingOrder) {
+  namespace cpu = tokpos::kernels::cpu;
+  const int64_t B = 3, T = 41, D = 52, V = 97, L = T + 2, N = B * T;
+  const Table tok = make_table(V, D, D, 41), pos = make_table(L, D, D, 42);
+  auto ids = ids_mod(N, V, 43);
+  ids[5] = V + 3;  // read as unk_id
+  const auto pos_ids = ids_mod(N, L, 44);
+  const Ids id_view = make_ids(ids, B, T, Layout::kContiguous, DType::kI64, 0);
+  const Ids pos_view = make_ids(pos_ids, B, T, Layout::kContiguous, DType::kI64, 0);
+  const auto& ref = kn::reference_kernels();
+  const int64_t settings[][2] = {  // {prefetch bytes, position tile bytes}
+      {0, 0}, {1, 1}, {-1, -1}, {int64_t{1} << 40, 1000}, {-1, 0}, {0, 1}};
+  for (const auto& setting : settings) {
+    cpu::set_prefetch_bytes(setting[0]);
+    cpu::set_position_tile_bytes(setting[1]);
+    for (const bool with_pos_ids : {false, true})
+      for (const DType te : kFloatTypes)
+        for (const DType pe : kFloatTypes)
+          for (const DType oe : kFloatTypes) {
+            kn::Gather g;
+            g.ids = id_view.index;
+            g.V = V, g.unk_id = 7;
+            g.tok = tok.view(te);
+            g.pos = pos.view(pe);
+            if (with_pos_ids) g.pos_ids = pos_view.index;
+            g.start = 1;
+            g.B = B, g.T = T, g.D = D;
+            const size_t bytes = static_cast<size_t>(N * D) * tokpos::dtype_size(oe);
+            Bytes want(bytes, 0, 0x11);
+            g.out = {want.data(), oe, T * D, D};
+            ref.compose_forward(g, kn::Exec{});
+            for (const kn::KernelTable* be : candidates())
+              for (const int threads : {1, 2})
+                for (const int64_t stream : {kNeverStream, kAlwaysStream}) {
+                  Bytes got(bytes, 0, 0x22);
+                  g.out.data = got.data();
+                  be->compose_forward(g, {.threads = threads, .stream_min_bytes = stream});
+                  EXPECT_TRUE(agrees(*be, want.data(), got.data(), static_cast<size_t>(N * D), oe))
+                      << "prefetch bytes " << setting[0] << ", position tile bytes " << setting[1]
+                      << ", position ids " << with_pos_ids << ", token " << tokpos::dtype_name(te)
+                      << " position " << tokpos::dtype_name(pe) << " out " << tokpos::dtype_name(oe)
+                      << ", threads " << threads << " streamed " << (stream == kAlwaysStream);
+                }
+          }
+  }
+  cpu::set_prefetch_bytes(-1);
+  cpu::set_position_tile_bytes(-1);
+}
+
+TEST(Kernels, PrefetchDistanceInBytes) {
+  namespace cpu = tokpos::kernels::cpu;
+  cpu::set_prefetch_bytes(12 << 10);
+  EXPECT_EQ(cpu::prefetch_rows_ahead(768 * 4), 4);   // GPT-2 rows, f32
+  EXPECT_EQ(cpu::prefetch_rows_ahead(4096 * 4), 1);  // Llama rows: at least one
+  EXPECT_EQ(cpu::prefetch_rows_ahead(16), cpu::kMaxPrefetchRows);
+  cpu::set_prefetch_bytes(0);
+  EXPECT_EQ(cpu::prefetch_rows_ahead(768 * 4), 0);  // no prefetch
+  cpu::set_prefetch_bytes(-1);  // back to the default
+  if (std::getenv("TOKPOS_PREFETCH_BYTES") == nullptr) {
+    EXPECT_EQ(cpu::prefetch_bytes(), cpu::kDefaultPrefetchBytes);
+  }
+  cpu::set_position_tile_bytes(256 << 10);
+  EXPECT_EQ(cpu::position_tile_rows(768 * 4, 1024), 85);  // GPT-2 position rows, f32
+  EXPECT_EQ(cpu::position_tile_rows(768 * 4, 16), 16);    // never more than T
+  cpu::set_position_tile_bytes(0);
+  EXPECT_EQ(cpu::position_tile_rows(768 * 4, 1024), 1024);  // plain order
+  cpu::set_position_tile_bytes(-1);
+}
+
+// Huge-page advice keeps the contents and skips small buffers.
+TEST(Kernels, HugePageAdviceKeepsTheContents) {
+  std::vector<float> small(1000, 1.5f);
+  EXPECT_EQ(tokpos::detail::advise_huge_pages(small.data(), small.size() * sizeof(float)), 0u);
+  std::vector<float> big(size_t{6} << 20);  // 24 MiB
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 4099) * 0.25f;
+  const size_t advised = tokpos::detail::advise_huge_pages(big.data(), big.size() * sizeof(float));
+  EXPECT_LE(advised, big.size() * sizeof(float));
+  for (size_t i = 0; i < big.size(); ++i)
+    if (big[i] != static_cast<float>(i % 4099) * 0.25f) {
+      ADD_FAILURE() << "element " << i << " changed";
+      break;
+    }
+}
+
+}  // namespace

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/check.h"
+#include "common/huge_pages.h"
 #include "common/validate.h"
 #include "tokpos/ops.h"
 #include "tokpos/random.h"
@@ -31,6 +32,7 @@ PositionalEmbedding::PositionalEmbedding(int64_t L, int64_t D, BeyondTable beyon
   if (!borrowed) {
     owned_ = detail::make_buffer<float>(what, "position table", n);
     data_ = owned_.data();
+    detail::advise_huge_pages(owned_.data(), owned_.size() * sizeof(float));  // large (L, D) tables: 2 MiB pages
     return;
   }
   detail::check_size(what, "table", borrowed->size(), n);
@@ -48,7 +50,9 @@ PositionalEmbedding::PositionalEmbedding(const PositionalEmbedding& o)
       owned_(o.owned_),
       data_(o.borrowed_ ? o.data_ : owned_.data()),
       keep_alive_(o.keep_alive_),
-      borrowed_(o.borrowed_) {}
+      borrowed_(o.borrowed_) {
+  if (!borrowed_) detail::advise_huge_pages(owned_.data(), owned_.size() * sizeof(float));
+}
 
 PositionalEmbedding::PositionalEmbedding(PositionalEmbedding&& o) noexcept
     : L_(o.L_),
@@ -71,6 +75,7 @@ PositionalEmbedding& PositionalEmbedding::operator=(const PositionalEmbedding& o
   borrowed_ = o.borrowed_;
   data_ = borrowed_ ? o.data_ : owned_.data();
   keep_alive_ = o.keep_alive_;
+  if (!borrowed_) detail::advise_huge_pages(owned_.data(), owned_.size() * sizeof(float));
   return *this;
 }
 
@@ -114,6 +119,7 @@ void PositionalEmbedding::own_table() {
   std::copy_n(data_, L_ * D_, copy.begin());
   owned_ = std::move(copy);
   data_ = owned_.data();
+  detail::advise_huge_pages(owned_.data(), owned_.size() * sizeof(float));
   keep_alive_.reset();
   borrowed_ = false;
 }
@@ -122,6 +128,7 @@ void PositionalEmbedding::adopt_owned_table(std::vector<float>&& table, const ch
   detail::check_size(what, "table", table.size(), L_ * D_);
   owned_ = std::move(table);
   data_ = owned_.data();
+  detail::advise_huge_pages(owned_.data(), owned_.size() * sizeof(float));
   keep_alive_.reset();
   borrowed_ = false;
 }

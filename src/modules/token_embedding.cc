@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "common/huge_pages.h"
 #include "common/validate.h"
 #include "modules/linear.h"
 #include "tokpos/ops.h"
@@ -33,7 +34,11 @@ TokenEmbedding::TokenEmbedding(int64_t V, int64_t D, std::vector<float> table,
       data_(owned_.data()),
       padding_idx_(padding_idx),
       id_policy_(policy),
-      frozen_(frozen) {}
+      frozen_(frozen) {
+  // The forward reads random rows of the table: 2 MiB pages spare it a TLB
+  // miss for nearly every row (docs/benchmarks.md, "Huge pages").
+  detail::advise_huge_pages(owned_.data(), owned_.size() * sizeof(float));
+}
 
 // An owning copy points at its own buffer; a borrowing one at the same memory.
 TokenEmbedding::TokenEmbedding(const TokenEmbedding& o)
@@ -46,7 +51,9 @@ TokenEmbedding::TokenEmbedding(const TokenEmbedding& o)
       grad_(o.grad_),
       padding_idx_(o.padding_idx_),
       id_policy_(o.id_policy_),
-      frozen_(o.frozen_) {}
+      frozen_(o.frozen_) {
+  if (!borrowed_) detail::advise_huge_pages(owned_.data(), owned_.size() * sizeof(float));
+}
 
 TokenEmbedding::TokenEmbedding(TokenEmbedding&& o) noexcept
     : V_(o.V_),
@@ -163,6 +170,7 @@ void TokenEmbedding::make_owned() {
   std::copy_n(data_, V_ * D_, copy.begin());
   owned_ = std::move(copy);
   data_ = owned_.data();
+  detail::advise_huge_pages(owned_.data(), owned_.size() * sizeof(float));
   keep_alive_.reset();
   borrowed_ = false;
 }
@@ -171,6 +179,7 @@ void TokenEmbedding::adopt_table(std::vector<float>&& table) {
   detail::check_size("TokenEmbedding::adopt_table", "table", table.size(), V_ * D_);
   owned_ = std::move(table);
   data_ = owned_.data();
+  detail::advise_huge_pages(owned_.data(), owned_.size() * sizeof(float));
   keep_alive_.reset();
   borrowed_ = false;
 }

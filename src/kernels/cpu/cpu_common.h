@@ -4,7 +4,10 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/kernels.h"
 
@@ -19,7 +22,78 @@ namespace tokpos::kernels::cpu {
 #endif
 
 inline constexpr int64_t kDecodeTokens = 16;  // at most this many tokens: no threading at all
-inline constexpr int64_t kPrefetchAhead = 8;  // rows ahead whose token row is prefetched
+inline constexpr int64_t kPrefetchAhead = 8;  // rows ahead, for the BERT forward and the backward
+
+// The forward prefetches the token row of the token this many bytes of rows
+// ahead (rounded down to whole rows, at least 1, at most kMaxPrefetchRows):
+// a distance in bytes, not rows, so a 16 KiB row (D = 4096, f32) is not
+// prefetched 128 KiB ahead, past what the L1 and the miss buffers hold, while
+// a 3 KiB row (D = 768) still is 8 rows ahead. TOKPOS_PREFETCH_BYTES in the
+// environment sets it at the first use (0: no prefetch); set_prefetch_bytes
+// changes it at run time (tests and benchmarks). Prefetching never changes a
+// result, only when the rows arrive.
+inline constexpr int64_t kDefaultPrefetchBytes = 12 << 10;
+inline constexpr int64_t kMaxPrefetchRows = 16;
+inline std::atomic<int64_t> g_prefetch_bytes{-1};  // -1: not read yet
+
+inline int64_t prefetch_bytes() {
+  int64_t bytes = g_prefetch_bytes.load(std::memory_order_relaxed);
+  if (bytes < 0) {
+    bytes = kDefaultPrefetchBytes;
+    if (const char* env = std::getenv("TOKPOS_PREFETCH_BYTES")) {
+      char* end = nullptr;
+      const long long n = std::strtoll(env, &end, 10);
+      if (end != env && *end == '\0' && n >= 0) bytes = n;
+    }
+    int64_t unset = -1;
+    g_prefetch_bytes.compare_exchange_strong(unset, bytes, std::memory_order_relaxed);
+    bytes = g_prefetch_bytes.load(std::memory_order_relaxed);
+  }
+  return bytes;
+}
+// bytes < 0: back to the default (or the environment's value).
+inline void set_prefetch_bytes(int64_t bytes) {
+  g_prefetch_bytes.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed);
+}
+// Rows ahead for rows of row_bytes bytes; 0 = no prefetch.
+inline int64_t prefetch_rows_ahead(int64_t row_bytes) {
+  const int64_t bytes = prefetch_bytes();
+  if (bytes == 0 || row_bytes <= 0) return 0;
+  return std::clamp<int64_t>(bytes / row_bytes, 1, kMaxPrefetchRows);
+}
+
+// The forward visits its tokens in blocks of position rows of about this many
+// bytes (gather.cc, TileOrder), so that sequences sharing positions find the
+// block's rows in the cache; 0 = plain token order. TOKPOS_POSITION_TILE_BYTES
+// sets it at the first use, set_position_tile_bytes at run time. The order
+// never changes a result.
+inline constexpr int64_t kDefaultPositionTileBytes = 256 << 10;
+inline std::atomic<int64_t> g_position_tile_bytes{-1};  // -1: not read yet
+
+inline int64_t position_tile_bytes() {
+  int64_t bytes = g_position_tile_bytes.load(std::memory_order_relaxed);
+  if (bytes < 0) {
+    bytes = kDefaultPositionTileBytes;
+    if (const char* env = std::getenv("TOKPOS_POSITION_TILE_BYTES")) {
+      char* end = nullptr;
+      const long long n = std::strtoll(env, &end, 10);
+      if (end != env && *end == '\0' && n >= 0) bytes = n;
+    }
+    int64_t unset = -1;
+    g_position_tile_bytes.compare_exchange_strong(unset, bytes, std::memory_order_relaxed);
+    bytes = g_position_tile_bytes.load(std::memory_order_relaxed);
+  }
+  return bytes;
+}
+inline void set_position_tile_bytes(int64_t bytes) {
+  g_position_tile_bytes.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed);
+}
+// Positions per block for position rows of row_bytes bytes; T = no blocks.
+inline int64_t position_tile_rows(int64_t row_bytes, int64_t T) {
+  const int64_t bytes = position_tile_bytes();
+  if (bytes == 0 || row_bytes <= 0) return T;
+  return std::clamp<int64_t>(bytes / row_bytes, 1, T);
+}
 
 inline void prefetch_row(const void* row, int64_t bytes) {
   const char* p = static_cast<const char*>(row);
