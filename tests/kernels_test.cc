@@ -1131,7 +1131,8 @@ TEST(Kernels, RopeAgreesWithTheReference) {
           auto run = [&](const kn::KernelTable& be, int threads, bool in_place) {
             std::vector<uint8_t> out(bytes, 0xA5);
             if (in_place) std::memcpy(out.data(), xdata, bytes);
-            std::vector<float> scratch(static_cast<size_t>(threads * 4 * sh.half));
+            std::vector<float> scratch(static_cast<size_t>(threads * 2 * sh.half));
+            std::vector<double> turns(static_cast<size_t>(threads * 2 * sh.half));
             kn::RopeApply r;
             r.x = in_place ? static_cast<const void*>(out.data()) : xdata;
             r.xsh = stride;
@@ -1153,6 +1154,7 @@ TEST(Kernels, RopeAgreesWithTheReference) {
             r.inverse = inverse;
             r.attention_factor = sh.pad ? 1.25 : 1.0;
             r.scratch = scratch.data();
+            r.turns = turns.data();
             kn::Exec ex;
             ex.threads = threads;
             be.apply_rope(r, ex);

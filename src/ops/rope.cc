@@ -79,7 +79,8 @@ void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& position
   }
   if (xv.numel == 0) return;
   const kernels::Exec ex = detail::exec_for(ctx);
-  std::vector<float> scratch(static_cast<size_t>(ex.threads) * 4 * static_cast<size_t>(half));
+  std::vector<float> scratch(static_cast<size_t>(ex.threads) * 2 * static_cast<size_t>(half));
+  std::vector<double> turns(static_cast<size_t>(ex.threads) * 2 * static_cast<size_t>(half));
   kernels::RopeApply r;
   const int first = batched ? 0 : -1;
   auto stride = [](const detail::View& v, int i) { return i < 0 ? int64_t{0} : v.strides[i]; };
@@ -103,6 +104,7 @@ void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& position
   r.attention_factor = o.attention_factor;
   r.inverse = o.inverse;
   r.scratch = scratch.data();
+  r.turns = turns.data();
   detail::kernels_for(ctx).apply_rope(r, ex);
 }
 

@@ -1,9 +1,9 @@
-// The cpu RoPE: OpenMP over (b, t) rows. Each row's cos and sin are computed
-// once (common/rope_angle.h) into the thread's scratch and reused for every
-// head; the rotary part of each head is widened into the scratch first, so
-// the loops that rotate and store have no aliasing between x and out (out may
-// be x) and vectorise. The same float operations as the reference, in the
-// same order: bitwise equal to it.
+// The cpu RoPE: OpenMP over (b, t) rows. Each frequency's turns are made once
+// per thread, each row's cos and sin once (common/rope_angle.h, a vectorised
+// loop) into the thread's scratch and reused for every head; each head's
+// pairs are rotated in one loop that reads a pair before it writes it, so it
+// vectorises whether out is x or apart from it. The same float operations as
+// the reference, in the same order: bitwise equal to it.
 #include <cstdint>
 #include <type_traits>
 
@@ -34,14 +34,32 @@ inline E narrow(float v) {
 // One row's cos and sin (times the attention factor; sin_factor carries the
 // inverse's sign, an exact negation), rounded to float: a loop of plain
 // double arithmetic and fma, which the clones vectorise.
-__attribute__((always_inline)) inline void cos_sin_row(int64_t p, const double* __restrict__ inv_freq,
-                                                       int64_t half, double factor, double sin_factor,
-                                                       float* __restrict__ cs, float* __restrict__ sn) {
+// t0, t1: rope_turns(inv_freq[i]), made once per range.
+__attribute__((always_inline)) inline void cos_sin_row(int64_t p, const double* __restrict__ t0,
+                                                       const double* __restrict__ t1, int64_t half, double factor,
+                                                       double sin_factor, float* __restrict__ cs,
+                                                       float* __restrict__ sn) {
   for (int64_t i = 0; i < half; ++i) {
     double cd, sd;
-    detail::rope_cos_sin(p, detail::rope_turns(inv_freq[i]), &cd, &sd);
+    detail::rope_cos_sin(p, detail::RopeTurns{t0[i], t1[i]}, &cd, &sd);
     cs[i] = static_cast<float>(cd * factor);
     sn[i] = static_cast<float>(sd * sin_factor);
+  }
+}
+
+// out[i], out[i + half] = the pair (x[i], x[i + half]) rotated by (c[i],
+// s[i]). Iteration i reads x[i] and x[i + half] and then writes out[i] and
+// out[i + half], and no other iteration touches those elements; out is x
+// itself or apart from it (the ops layer checks), so vectors of iterations
+// are safe either way (ivdep). Inlined, so a constant half unrolls.
+template <typename E>
+__attribute__((always_inline)) inline void rotate_halves(const E* xr, E* orow, const float* __restrict__ cs,
+                                                         const float* __restrict__ sn, int64_t half) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < half; ++i) {
+    const float x0 = widen(xr[i]), x1 = widen(xr[i + half]);
+    orow[i] = narrow<E>(x0 * cs[i] - x1 * sn[i]);
+    orow[i + half] = narrow<E>(x1 * cs[i] + x0 * sn[i]);
   }
 }
 
@@ -55,39 +73,47 @@ __attribute__((always_inline)) inline void cos_sin_row(int64_t p, const double* 
 #endif
 
 template <typename E>
-TOKPOS_ROPE_CLONES void rope_rows(const RopeApply& r, float* __restrict__ scratch, int64_t n0, int64_t n1) {
+TOKPOS_ROPE_CLONES void rope_rows(const RopeApply& r, float* __restrict__ scratch, double* __restrict__ turns,
+                                  int64_t n0, int64_t n1) {
   const int64_t half = r.half;
   float* __restrict__ cs = scratch;             // cos, half
   float* __restrict__ sn = scratch + half;      // sin, half
-  float* __restrict__ a = scratch + 2 * half;   // first of each pair, half
-  float* __restrict__ bb = scratch + 3 * half;  // second of each pair, half
+  double* __restrict__ t0 = turns;  // rope_turns of each frequency: t0, then t1
+  double* __restrict__ t1 = turns + half;
   const E* x = static_cast<const E*>(r.x);
   E* out = static_cast<E*>(r.out);
   const bool half_layout = r.layout == RopeLayout::kHalf;
   const double* inv_freq = r.inv_freq;
   const double factor = r.attention_factor, sin_factor = r.inverse ? -r.attention_factor : r.attention_factor;
+  for (int64_t i = 0; i < half; ++i) {
+    const detail::RopeTurns w = detail::rope_turns(inv_freq[i]);
+    t0[i] = w.t0;
+    t1[i] = w.t1;
+  }
   for (int64_t n = n0; n < n1; ++n) {
     const int64_t b = n / r.T, t = n % r.T;
     const int64_t p = r.pos.at(b, t);
-    cos_sin_row(p, inv_freq, half, factor, sin_factor, cs, sn);
+    cos_sin_row(p, t0, t1, half, factor, sin_factor, cs, sn);
     for (int64_t h = 0; h < r.H; ++h) {
       const E* xr = x + b * r.xsb + t * r.xst + h * r.xsh;
       E* orow = out + b * r.osb + t * r.ost + h * r.osh;
       if (half_layout) {
-        for (int64_t i = 0; i < half; ++i) a[i] = widen(xr[i]);
-        for (int64_t i = 0; i < half; ++i) bb[i] = widen(xr[i + half]);
-        for (int64_t i = 0; i < half; ++i) orow[i] = narrow<E>(a[i] * cs[i] - bb[i] * sn[i]);
-        for (int64_t i = 0; i < half; ++i) orow[i + half] = narrow<E>(bb[i] * cs[i] + a[i] * sn[i]);
-      } else {
-        for (int64_t i = 0; i < half; ++i) {
-          a[i] = widen(xr[2 * i]);
-          bb[i] = widen(xr[2 * i + 1]);
+        // The common head sizes with a fixed trip count: no loop prologue or
+        // remainder per head (a head is only a few vectors long).
+        if (half == 64) {
+          rotate_halves<E>(xr, orow, cs, sn, 64);
+        } else if (half == 32) {
+          rotate_halves<E>(xr, orow, cs, sn, 32);
+        } else {
+          rotate_halves<E>(xr, orow, cs, sn, half);
         }
+      } else {
+        // Pairs (2i, 2i + 1): iteration i reads and writes only its own pair.
+#pragma GCC ivdep
         for (int64_t i = 0; i < half; ++i) {
-          const float o0 = a[i] * cs[i] - bb[i] * sn[i];
-          const float o1 = bb[i] * cs[i] + a[i] * sn[i];
-          orow[2 * i] = narrow<E>(o0);
-          orow[2 * i + 1] = narrow<E>(o1);
+          const float x0 = widen(xr[2 * i]), x1 = widen(xr[2 * i + 1]);
+          orow[2 * i] = narrow<E>(x0 * cs[i] - x1 * sn[i]);
+          orow[2 * i + 1] = narrow<E>(x1 * cs[i] + x0 * sn[i]);
         }
       }
       for (int64_t d = 2 * half; d < r.D; ++d) orow[d] = narrow<E>(widen(xr[d]));
@@ -100,11 +126,11 @@ void apply(const RopeApply& r, const Exec& ex) {
   const int64_t N = r.B * r.T;
   const int64_t work = N * (r.H * r.D + 40 * r.half);  // sin and cos cost about 40 flops a pair
   const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, work);
-  if (nt == 1) return rope_rows<E>(r, r.scratch, 0, N);
+  if (nt == 1) return rope_rows<E>(r, r.scratch, r.turns, 0, N);
 #pragma omp parallel num_threads(nt)
   {
     const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
-    rope_rows<E>(r, r.scratch + k * 4 * r.half, N * k / team, N * (k + 1) / team);
+    rope_rows<E>(r, r.scratch + k * 2 * r.half, r.turns + k * 2 * r.half, N * k / team, N * (k + 1) / team);
   }
 }
 
