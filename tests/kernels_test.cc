@@ -1304,7 +1304,7 @@ TEST(Kernels, PrefetchDistanceInBytes) {
   EXPECT_EQ(cpu::prefetch_rows_ahead(768 * 4), 0);  // no prefetch
   cpu::set_prefetch_bytes(-1);  // back to the default
   if (std::getenv("TOKPOS_PREFETCH_BYTES") == nullptr) {
-    EXPECT_EQ(cpu::prefetch_bytes(), cpu::kDefaultPrefetchBytes);
+    EXPECT_EQ(cpu::prefetch_bytes(), 12 << 10);  // the documented default, 12 KiB
   }
   cpu::set_position_tile_bytes(256 << 10);
   EXPECT_EQ(cpu::position_tile_rows(768 * 4, 1024), 85);  // GPT-2 position rows, f32
