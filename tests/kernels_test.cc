@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/convert.h"
+#include "common/rope_angle.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
 #include "tokpos/dtype.h"
@@ -1132,7 +1133,12 @@ TEST(Kernels, RopeAgreesWithTheReference) {
             std::vector<uint8_t> out(bytes, 0xA5);
             if (in_place) std::memcpy(out.data(), xdata, bytes);
             std::vector<float> scratch(static_cast<size_t>(threads * 2 * sh.half));
-            std::vector<double> turns(static_cast<size_t>(threads * 2 * sh.half));
+            std::vector<double> turns(static_cast<size_t>(2 * sh.half));  // as the ops layer makes them
+            for (int64_t i = 0; i < sh.half; ++i) {
+              const auto w = tokpos::detail::rope_turns(inv[static_cast<size_t>(i)]);
+              turns[static_cast<size_t>(i)] = w.t0;
+              turns[static_cast<size_t>(sh.half + i)] = w.t1;
+            }
             kn::RopeApply r;
             r.x = in_place ? static_cast<const void*>(out.data()) : xdata;
             r.xsh = stride;

@@ -165,8 +165,10 @@ using IndexAddRowsFn = void(const GradTarget& a, const GradTarget& b, const Sour
 //   out[i0] = x[i0] * c - x[i1] * s,   out[i1] = x[i1] * c + x[i0] * s
 // with (i0, i1) = (i, i + half) for kHalf, (2i, 2i + 1) for kInterleaved,
 // rounded once to out's type; dims past 2 * half are copied. Element
-// (b, t, h, d) is at data + b*sb + t*st + h*sh + d. scratch holds 2 * half
-// floats and turns 2 * half doubles per thread of ex.threads.
+// (b, t, h, d) is at data + b*sb + t*st + h*sh + d. turns holds
+// rope_turns(inv_freq[i]) (common/rope_angle.h), t0 at [i] and t1 at
+// [half + i], made once per call by the ops layer; a back end may use them
+// instead of inv_freq. scratch holds 2 * half floats per thread of ex.threads.
 enum class RopeLayout : int { kHalf = 0, kInterleaved = 1 };
 struct RopeApply {
   const void* x = nullptr;
@@ -181,8 +183,8 @@ struct RopeApply {
   RopeLayout layout = RopeLayout::kHalf;
   double attention_factor = 1.0;
   bool inverse = false;
+  const double* turns = nullptr;
   float* scratch = nullptr;
-  double* turns = nullptr;
 };
 using ApplyRopeFn = void(const RopeApply& r, const Exec& ex);
 

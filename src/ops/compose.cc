@@ -53,7 +53,6 @@ using tokpos::detail::fail;
 constexpr const char* kForward = "tokpos::ops::compose_forward";
 constexpr const char* kBackward = "tokpos::ops::compose_backward";
 
-
 // A batch of ids and (optional) position ids, checked against each other.
 struct Batch {
   View ids, pos_ids;
@@ -101,7 +100,8 @@ void check_ids(const char* where, const Batch& b, int64_t V, int64_t unk_id) {
   tokpos::detail::check_token_ids(where, [&](int64_t bb, int64_t t) { return ids.at(bb, t); }, b.B, b.T, V);
 }
 
-bool is_shard(const LookupOptions& o) { return o.shard.vocab_size != 0; }
+bool is_shard(const VocabShard& s) { return s.vocab_size != 0; }
+bool is_shard(const LookupOptions& o) { return is_shard(o.shard); }
 
 // A shard of R rows: its vocabulary and first row, no UNK mapping, and the ids
 // checked against the whole vocabulary (so every rank fails alike).
@@ -292,7 +292,7 @@ void run_forward(const View& out, const RowPlan::Impl* plan, const Batch* batch,
     g.T = plan->T;
     g.ids = kernels::Index::contiguous(plan->token_rows.data(), plan->T);
     g.pos_ids = kernels::Index::contiguous(plan->positions.data(), plan->T);
-    g.zero_outside = plan->shard.vocab_size != 0;
+    g.zero_outside = is_shard(plan->shard);
   } else {
     g.B = batch->B;
     g.T = batch->T;
@@ -408,6 +408,16 @@ std::span<const int64_t> RowPlan::touched_rows() const {
                     [&]() -> std::span<const int64_t> { return p.token_groups().rows; });
 }
 
+namespace {
+// The plan of a shard's ids, as the ids-taking ops make it: errors name the op.
+RowPlan shard_plan(const char* where, const DLTensor& ids, int64_t shard_rows, const DLTensor* position_ids,
+                   int64_t start, const LookupOptions& o) {
+  LookupOptions named = o;
+  named.where = where;
+  return RowPlan(ids, shard_rows, position_ids, start, named);
+}
+}  // namespace
+
 // ---- Forward -------------------------------------------------------------------
 
 void compose_forward(const DLTensor& out, const DLTensor& ids, const DLTensor& token_table, const DLTensor* pos_table,
@@ -418,9 +428,7 @@ void compose_forward(const DLTensor& out, const DLTensor& ids, const DLTensor& t
   check_rows_shape(where, vout, b);
   if (is_shard(o)) {
     for (const View* in : {&b.ids, &b.pos_ids}) check_no_overlap(where, vout, *in);
-    LookupOptions po = o;
-    po.where = where;
-    const RowPlan plan(ids, tok.shape[0], position_ids, start, po);
+    const RowPlan plan = shard_plan(where, ids, tok.shape[0], position_ids, start, o);
     if (pos.present) check_plan_table(where, plan.impl(), pos.shape[0], "pos_table");
     run_forward(vout, &plan.impl(), nullptr, tok, pos, 0, -1, ctx);
     return;
@@ -448,7 +456,7 @@ void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTen
                            const DLTensor* gamma, const DLTensor* beta, double eps, const Context* ctx) {
   const char* where = "tokpos::ops::compose_typed_forward";
   const RowPlan::Impl& p = plan.impl();
-  if (p.shard.vocab_size != 0)
+  if (is_shard(p.shard))
     fail(Status::kUnimplemented, where, "a vocab-shard plan (vocab_size ", p.shard.vocab_size,
          ", row_begin ", p.shard.row_begin, ") is not supported by the typed forward");
   const View vout = check_tensor(where, "out", &out, Role::kGradient, {2, 3});  // f32 only
@@ -522,9 +530,7 @@ void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table
   check_start(where, b, start);
   const int64_t V = g.d_tok.present ? g.d_tok.shape[0] : -1;
   if (is_shard(o) && g.d_tok.present) {
-    LookupOptions po = o;
-    po.where = where;
-    const RowPlan plan(ids, V, position_ids, start, po);
+    const RowPlan plan = shard_plan(where, ids, V, position_ids, start, o);
     if (g.d_pos.present) check_plan_table(where, plan.impl(), g.d_pos.shape[0], "d_pos_table");
     run_backward(g, plan.impl(), ctx);
     return;

@@ -80,7 +80,12 @@ void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& position
   if (xv.numel == 0) return;
   const kernels::Exec ex = detail::exec_for(ctx);
   std::vector<float> scratch(static_cast<size_t>(ex.threads) * 2 * static_cast<size_t>(half));
-  std::vector<double> turns(static_cast<size_t>(ex.threads) * 2 * static_cast<size_t>(half));
+  std::vector<double> turns(2 * static_cast<size_t>(half));  // each frequency's, once for every thread
+  for (int64_t i = 0; i < half; ++i) {
+    const tokpos::detail::RopeTurns w = tokpos::detail::rope_turns(inv_freq[static_cast<size_t>(i)]);
+    turns[static_cast<size_t>(i)] = w.t0;
+    turns[static_cast<size_t>(half + i)] = w.t1;
+  }
   kernels::RopeApply r;
   const int first = batched ? 0 : -1;
   auto stride = [](const detail::View& v, int i) { return i < 0 ? int64_t{0} : v.strides[i]; };

@@ -1,5 +1,5 @@
-// The cpu RoPE: OpenMP over (b, t) rows. Each frequency's turns are made once
-// per thread, each row's cos and sin once (common/rope_angle.h, a vectorised
+// The cpu RoPE: OpenMP over (b, t) rows. Each row's cos and sin are made once
+// from the frequencies' turns (common/rope_angle.h, a vectorised
 // loop) into the thread's scratch and reused for every head; each head's
 // pairs are rotated in one loop that reads a pair before it writes it, so it
 // vectorises whether out is x or apart from it. The same float operations as
@@ -34,7 +34,7 @@ inline E narrow(float v) {
 // One row's cos and sin (times the attention factor; sin_factor carries the
 // inverse's sign, an exact negation), rounded to float: a loop of plain
 // double arithmetic and fma, which the clones vectorise.
-// t0, t1: rope_turns(inv_freq[i]), made once per range.
+// t0, t1: rope_turns(inv_freq[i]) (RopeApply::turns).
 __attribute__((always_inline)) inline void cos_sin_row(int64_t p, const double* __restrict__ t0,
                                                        const double* __restrict__ t1, int64_t half, double factor,
                                                        double sin_factor, float* __restrict__ cs,
@@ -82,23 +82,16 @@ TOKPOS_IVDEP
 #endif
 
 template <typename E>
-TOKPOS_ROPE_CLONES void rope_rows(const RopeApply& r, float* __restrict__ scratch, double* __restrict__ turns,
-                                  int64_t n0, int64_t n1) {
+TOKPOS_ROPE_CLONES void rope_rows(const RopeApply& r, float* __restrict__ scratch, int64_t n0, int64_t n1) {
   const int64_t half = r.half;
   float* __restrict__ cs = scratch;             // cos, half
   float* __restrict__ sn = scratch + half;      // sin, half
-  double* __restrict__ t0 = turns;  // rope_turns of each frequency: t0, then t1
-  double* __restrict__ t1 = turns + half;
+  const double* __restrict__ t0 = r.turns;  // rope_turns of each frequency: t0, then t1
+  const double* __restrict__ t1 = r.turns + half;
   const E* x = static_cast<const E*>(r.x);
   E* out = static_cast<E*>(r.out);
   const bool half_layout = r.layout == RopeLayout::kHalf;
-  const double* inv_freq = r.inv_freq;
   const double factor = r.attention_factor, sin_factor = r.inverse ? -r.attention_factor : r.attention_factor;
-  for (int64_t i = 0; i < half; ++i) {
-    const detail::RopeTurns w = detail::rope_turns(inv_freq[i]);
-    t0[i] = w.t0;
-    t1[i] = w.t1;
-  }
   for (int64_t n = n0; n < n1; ++n) {
     const int64_t b = n / r.T, t = n % r.T;
     const int64_t p = r.pos.at(b, t);
@@ -135,11 +128,11 @@ void apply(const RopeApply& r, const Exec& ex) {
   const int64_t N = r.B * r.T;
   const int64_t work = N * (r.H * r.D + 40 * r.half);  // sin and cos cost about 40 flops a pair
   const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, work);
-  if (nt == 1) return rope_rows<E>(r, r.scratch, r.turns, 0, N);
+  if (nt == 1) return rope_rows<E>(r, r.scratch, 0, N);
 #pragma omp parallel num_threads(nt)
   {
     const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
-    rope_rows<E>(r, r.scratch + k * 2 * r.half, r.turns + k * 2 * r.half, N * k / team, N * (k + 1) / team);
+    rope_rows<E>(r, r.scratch + k * 2 * r.half, N * k / team, N * (k + 1) / team);
   }
 }
 
