@@ -431,6 +431,60 @@ double median_of(std::vector<double> v) {
   return v.empty() ? 0.0 : (v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]));
 }
 
+// The decode step against the plainest code for the same step: in every
+// iteration, the forward (the ops layer, as BM_Decode/op_plan, 1 thread), a
+// plain loop out[t] = tok[id[t]] + pos[t] over the same rows (compiled for
+// this machine's baseline ISA, vectorised by the compiler) and a memcpy of the
+// output's bytes from a warm buffer. The rows stay in cache across iterations
+// ("warm rows"), so this is one core's cache bandwidth, not memory's.
+// Counters: each median in microseconds and decode / loop, decode / memcpy.
+void BM_DecodeVsLoop(benchmark::State& state) {
+  set_threads(1);
+  auto& d = llama();
+  const Shape s = d.s;
+  const int64_t T = state.range(0), D = s.D;
+  std::vector<float> out_buf(static_cast<size_t>(T * D)), loop_buf(out_buf.size()),
+      copy_src(out_buf.size(), 1.0f);
+  using tokpos::DType;
+  using tokpos::TensorView;
+  const TensorView out(out_buf.data(), DType::kF32, {1, T, D}), ids(d.ids.data(), DType::kI64, {1, T}),
+      tok(d.tok.data(), DType::kF32, {s.V, D}), pos(d.pos.data(), DType::kF32, {s.L, D});
+  const tokpos::ops::RowPlan plan(ids, s.V);
+  const tokpos::Context ctx;
+  std::vector<double> td, tl, tc;
+  try {
+    for (auto _ : state) {
+      td.push_back(seconds_of([&] {
+        tokpos::ops::compose_forward(out, plan, tok, pos.get(), &ctx);
+        benchmark::ClobberMemory();
+      }));
+      tl.push_back(seconds_of([&] {
+        for (int64_t t = 0; t < T; ++t) {
+          const float* a = d.tok.data() + d.ids[static_cast<size_t>(t)] * D;
+          const float* b = d.pos.data() + t * D;
+          float* o = loop_buf.data() + t * D;
+          for (int64_t i = 0; i < D; ++i) o[i] = a[i] + b[i];
+        }
+        benchmark::ClobberMemory();
+      }));
+      tc.push_back(seconds_of([&] {
+        std::memcpy(loop_buf.data(), copy_src.data(), copy_src.size() * sizeof(float));
+        benchmark::ClobberMemory();
+      }));
+      state.SetIterationTime(td.back());
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const double md = median_of(td), ml = median_of(tl), mc = median_of(tc);
+  state.counters["decode_us"] = md * 1e6;
+  state.counters["loop_us"] = ml * 1e6;
+  state.counters["memcpy_us"] = mc * 1e6;
+  state.counters["decode_per_loop"] = md / ml;
+  state.counters["decode_per_memcpy"] = md / mc;
+}
+
 // range(0): threads; range(1): 1 = Llama-2-7B shape, 0 = GPT-2; range(2):
 // 1 = the token table in a mapping advised MADV_HUGEPAGE (see below), 0 = the
 // plain std::vector. The time reported is the forward's; counters: fwd_ms,
@@ -642,6 +696,12 @@ std::vector<std::vector<int64_t>> product(const std::vector<std::vector<int64_t>
       ->UseRealTime();
   register_apis("BM_Decode", BM_Decode, product({{1, 2}, {16, 1}}), {"threads", "tokens"},
                 benchmark::kNanosecond, false);
+  benchmark::RegisterBenchmark("BM_DecodeVsLoop", BM_DecodeVsLoop)
+      ->Arg(16)
+      ->Arg(1)
+      ->ArgNames({"tokens"})
+      ->Unit(benchmark::kNanosecond)
+      ->UseManualTime();
   benchmark::RegisterBenchmark("BM_SinusoidalTable", BM_SinusoidalTable)
       ->Arg(1)
       ->Arg(2)

@@ -1251,9 +1251,11 @@ namespace {
 // set_position_tile_bytes, against the reference, streamed and not, at 1 and
 // 2 threads, positions from start or from position ids, for every table and
 // output type.
-TEST(Kernels, ForwardBitsDoNotDependOnPrefetchOrVisitingOrder) {
+// Every prefetch and position-block setting against the reference, for one
+// (B, T): a forward under each setting, both position sources, every dtype.
+void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
   namespace cpu = tokpos::kernels::cpu;
-  const int64_t B = 3, T = 41, D = 52, V = 97, L = T + 2, N = B * T;
+  const int64_t D = 52, V = 97, L = T + 2, N = B * T;
   const Table tok = make_table(V, D, D, 41), pos = make_table(L, D, D, 42);
   auto ids = ids_mod(N, V, 43);
   ids[5] = V + 3;  // read as unk_id
@@ -1292,12 +1294,23 @@ TEST(Kernels, ForwardBitsDoNotDependOnPrefetchOrVisitingOrder) {
                       << "prefetch bytes " << setting[0] << ", position tile bytes " << setting[1]
                       << ", position ids " << with_pos_ids << ", token " << tokpos::dtype_name(te)
                       << " position " << tokpos::dtype_name(pe) << " out " << tokpos::dtype_name(oe)
-                      << ", threads " << threads << " streamed " << (stream == kAlwaysStream);
+                      << ", threads " << threads << " streamed " << (stream == kAlwaysStream)
+                      << ", B " << B << " T " << T;
                 }
           }
   }
   cpu::set_prefetch_bytes(-1);
   cpu::set_position_tile_bytes(-1);
+}
+
+// More than kDecodeTokens tokens (rows prefetched a distance ahead, position
+// blocks across sequences), and at most kDecodeTokens (a decode step: the
+// pages of every row prefetched at once, no team).
+TEST(Kernels, ForwardBitsDoNotDependOnPrefetchOrVisitingOrder) {
+  static_assert(tokpos::kernels::cpu::kDecodeTokens >= 16);
+  expect_forward_bits_under_every_setting(3, 41);
+  expect_forward_bits_under_every_setting(2, 5);
+  expect_forward_bits_under_every_setting(1, 16);
 }
 
 TEST(Kernels, PrefetchDistanceInBytes) {

@@ -90,6 +90,13 @@ inline void prefetch_row(const void* row, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 1);
 }
 
+// One line in each 4 KiB page of [row, row + bytes), and its last line.
+inline void prefetch_pages(const void* row, int64_t bytes) {
+  const char* p = static_cast<const char*>(row);
+  for (int64_t off = 0; off < bytes; off += 4096) __builtin_prefetch(p + off, 0, 1);
+  if (bytes > 0) __builtin_prefetch(p + bytes - 1, 0, 1);
+}
+
 // Calls rows(n0, n1) over all N tokens: once, with no OpenMP region at all,
 // for a decode step or little `work`; else one contiguous token range per
 // thread, so each thread streams its own part of the output.

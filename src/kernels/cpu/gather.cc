@@ -172,7 +172,23 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
   const Pos* pos = static_cast<const Pos*>(g.pos.data);
   const int64_t T = g.T, D = g.D, V = g.V, ts = g.tok.stride, ps = g.pos.stride;
   const int64_t row_bytes = D * static_cast<int64_t>(sizeof(Tok));
-  const int64_t ahead = prefetch_rows_ahead(row_bytes);
+  // A decode step (at most kDecodeTokens tokens) prefetches all its rows at
+  // once, one line per 4 KiB page of each token and position row: enough to
+  // start the page walks and the hardware's stream prefetch when the rows are
+  // cold, and next to nothing when they are already in the cache, where
+  // prefetching every line of the next row costs more than it saves.
+  const bool decode = n1 - n0 <= kDecodeTokens;
+  const int64_t ahead = decode ? 0 : prefetch_rows_ahead(row_bytes);
+  if (decode && prefetch_bytes() != 0) {
+    for (int64_t m = n0; m < n1; ++m) {
+      const int64_t mb = m / T, mt = m % T, id = g.ids.at(mb, mt);
+      if (id >= 0 && id < V) prefetch_pages(tok + id * ts, row_bytes);
+      if (pos != nullptr) {
+        prefetch_pages(pos + (g.pos_ids.data ? g.pos_ids.at(mb, mt) : g.start + mt) * ps,
+                       D * static_cast<int64_t>(sizeof(Pos)));
+      }
+    }
+  }
   // Position tiles only pay where several sequences share position rows.
   const int64_t tile = pos != nullptr && n1 - n0 > T ? position_tile_rows(D * static_cast<int64_t>(sizeof(Pos)), T) : T;
   TileOrder order(n0, n1, T, tile), order_ahead = order;
