@@ -958,6 +958,9 @@ TEST(Kernels, StreamMinBytesFromTheEnvironment) {
   const char* env = std::getenv("TOKPOS_STREAM_MIN_BYTES");
   if (env == nullptr) GTEST_SKIP() << "TOKPOS_STREAM_MIN_BYTES is not set";
   EXPECT_EQ(tokpos::stream_min_bytes(), std::atoll(env));
+  tokpos::set_stream_min_bytes(0);
+  tokpos::set_stream_min_bytes(-1);  // back to the start-up value: the environment's
+  EXPECT_EQ(tokpos::stream_min_bytes(), std::atoll(env));
 }
 
 // ---- Conversions (common/convert.h) -------------------------------------------------

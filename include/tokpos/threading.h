@@ -24,9 +24,9 @@ TOKPOS_API int num_threads();
 // non-temporal (streaming) stores: each output line goes to memory without
 // first being read, and without evicting the tables from the cache, which is
 // what lets a large forward run at memory-copy speed. A smaller output is
-// written through the cache, where the next layer finds it. bytes < 0 restores
-// the default, half the last-level cache (TOKPOS_STREAM_MIN_BYTES in the
-// environment sets it at start-up); 0 streams every output except a decode
+// written through the cache, where the next layer finds it. The start-up value
+// is TOKPOS_STREAM_MIN_BYTES from the environment, else half the last-level
+// cache; bytes < 0 goes back to it. 0 streams every output except a decode
 // step's; INT64_MAX never streams. Results are the same bits either way.
 TOKPOS_API void set_stream_min_bytes(int64_t bytes);
 TOKPOS_API int64_t stream_min_bytes();

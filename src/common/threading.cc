@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/env_setting.h"
 #include "common/parallel.h"
 
 namespace tokpos {
@@ -57,18 +58,9 @@ int64_t default_stream_min_bytes() {
   }();
   return bytes;
 }
-int64_t initial_stream_min_bytes() {
-  const char* env = std::getenv("TOKPOS_STREAM_MIN_BYTES");
-  if (env != nullptr) {
-    char* end = nullptr;
-    const long long n = std::strtoll(env, &end, 10);
-    if (end != env && *end == '\0' && n >= 0) return n;
-  }
-  return default_stream_min_bytes();
-}
-// -1 until the first use (so loading the library reads no files), then the
-// setting.
-std::atomic<int64_t> g_stream_min_bytes{-1};
+// TOKPOS_STREAM_MIN_BYTES from the environment, else half the last-level
+// cache, read at the first use (so loading the library reads no files).
+detail::BytesSetting g_stream_min_bytes{"TOKPOS_STREAM_MIN_BYTES", default_stream_min_bytes};
 }  // namespace
 
 void set_num_threads(int n) {
@@ -81,17 +73,11 @@ int num_threads() {
 }
 
 void set_stream_min_bytes(int64_t bytes) {
-  g_stream_min_bytes.store(bytes >= 0 ? bytes : default_stream_min_bytes(), std::memory_order_relaxed);
+  g_stream_min_bytes.set(bytes);
 }
 
 int64_t stream_min_bytes() {
-  int64_t bytes = g_stream_min_bytes.load(std::memory_order_relaxed);
-  if (bytes < 0) {  // first use: the environment or the default (every racer computes the same)
-    int64_t unset = -1;
-    g_stream_min_bytes.compare_exchange_strong(unset, initial_stream_min_bytes(), std::memory_order_relaxed);
-    bytes = g_stream_min_bytes.load(std::memory_order_relaxed);
-  }
-  return bytes;
+  return g_stream_min_bytes.get();
 }
 
 namespace detail {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "common/env_setting.h"
 #include "kernels/kernels.h"
 
 namespace tokpos::kernels::cpu {
@@ -34,32 +35,7 @@ inline constexpr int64_t kPrefetchAhead = 8;  // rows ahead, for the BERT forwar
 // result, only when the rows arrive.
 inline constexpr int64_t kMaxPrefetchRows = 16;
 
-// A byte count read from the environment variable `env` at its first use
-// (a non-negative decimal; otherwise `fallback`), and changeable at run time
-// (tests and benchmarks): set(bytes < 0) goes back to the environment's value
-// or the fallback.
-struct BytesSetting {
-  const char* env;
-  int64_t fallback;
-  std::atomic<int64_t> value{-1};  // -1: not read yet
-
-  int64_t get() {
-    int64_t bytes = value.load(std::memory_order_relaxed);
-    if (bytes >= 0) return bytes;
-    bytes = fallback;
-    if (const char* text = std::getenv(env)) {
-      char* end = nullptr;
-      const long long n = std::strtoll(text, &end, 10);
-      if (end != text && *end == '\0' && n >= 0) bytes = n;
-    }
-    int64_t unset = -1;
-    value.compare_exchange_strong(unset, bytes, std::memory_order_relaxed);
-    return value.load(std::memory_order_relaxed);
-  }
-  void set(int64_t bytes) { value.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed); }
-};
-
-inline BytesSetting g_prefetch_bytes{"TOKPOS_PREFETCH_BYTES", 12 << 10};
+inline detail::BytesSetting g_prefetch_bytes{"TOKPOS_PREFETCH_BYTES", [] { return int64_t{12} << 10; }};
 inline int64_t prefetch_bytes() { return g_prefetch_bytes.get(); }
 // bytes < 0: back to the default (or the environment's value).
 inline void set_prefetch_bytes(int64_t bytes) { g_prefetch_bytes.set(bytes); }
@@ -75,7 +51,7 @@ inline int64_t prefetch_rows_ahead(int64_t row_bytes) {
 // block's rows in the cache; 0 = plain token order. TOKPOS_POSITION_TILE_BYTES
 // sets it at the first use, set_position_tile_bytes at run time. The order
 // never changes a result.
-inline BytesSetting g_position_tile_bytes{"TOKPOS_POSITION_TILE_BYTES", 256 << 10};
+inline detail::BytesSetting g_position_tile_bytes{"TOKPOS_POSITION_TILE_BYTES", [] { return int64_t{256} << 10; }};
 inline int64_t position_tile_bytes() { return g_position_tile_bytes.get(); }
 inline void set_position_tile_bytes(int64_t bytes) { g_position_tile_bytes.set(bytes); }
 // Positions per block for position rows of row_bytes bytes; T = no blocks.
