@@ -1248,14 +1248,12 @@ TEST(Kernels, ReferenceBackwardOutOfMemoryLeavesBothGradientsUntouched) {
 
 namespace {
 
-// Every prefetch distance the forward can choose (none, one row, the default,
-// the most rows) and every visiting order (plain, blocks of 1 and of several
-// position rows, the default), forced through set_prefetch_bytes and
-// set_position_tile_bytes, against the reference, streamed and not, at 1 and
-// 2 threads, positions from start or from position ids, for every table and
-// output type.
-// Every prefetch and position-block setting against the reference, for one
-// (B, T): a forward under each setting, both position sources, every dtype.
+// For one (B, T): every prefetch distance the forward can choose (none, one
+// row, the default, the most rows) and every visiting order (plain, blocks of
+// 1 and of several position rows, the default), forced through
+// set_prefetch_bytes and set_position_tile_bytes, against the reference,
+// streamed and not, at 1 and 2 threads, positions from start or from
+// position ids, for every table and output type.
 void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
   namespace cpu = tokpos::kernels::cpu;
   const int64_t D = 52, V = 97, L = T + 2, N = B * T;

@@ -5,9 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "common/env_setting.h"
 #include "kernels/kernels.h"

@@ -172,8 +172,10 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
   const Pos* pos = static_cast<const Pos*>(g.pos.data);
   const int64_t T = g.T, D = g.D, V = g.V, ts = g.tok.stride, ps = g.pos.stride;
   const int64_t row_bytes = D * static_cast<int64_t>(sizeof(Tok));
-  // A decode step (at most kDecodeTokens tokens) prefetches all its rows at
-  // once, one line per 4 KiB page of each token and position row: enough to
+  // The position row of token (b, t); pos must be set.
+  auto pos_row = [&](int64_t b, int64_t t) { return pos + (g.pos_ids.data ? g.pos_ids.at(b, t) : g.start + t) * ps; };
+  // A thread with at most kDecodeTokens tokens (a decode step, or a small
+  // range of a team) prefetches all its rows at once, one line per 4 KiB page of each token and position row: enough to
   // start the page walks and the hardware's stream prefetch when the rows are
   // cold, and next to nothing when they are already in the cache, where
   // prefetching every line of the next row costs more than it saves.
@@ -183,10 +185,7 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
     for (int64_t m = n0; m < n1; ++m) {
       const int64_t mb = m / T, mt = m % T, id = g.ids.at(mb, mt);
       if (id >= 0 && id < V) prefetch_pages(tok + id * ts, row_bytes);
-      if (pos != nullptr) {
-        prefetch_pages(pos + (g.pos_ids.data ? g.pos_ids.at(mb, mt) : g.start + mt) * ps,
-                       D * static_cast<int64_t>(sizeof(Pos)));
-      }
+      if (pos != nullptr) prefetch_pages(pos_row(mb, mt), D * static_cast<int64_t>(sizeof(Pos)));
     }
   }
   // Position tiles only pay where several sequences share position rows.
@@ -205,7 +204,7 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
     }
     const int64_t id = g.ids.at(b, t);
     const int64_t ix = (id >= 0 && id < V) ? id : g.unk_id;
-    const Pos* wpe_p = pos == nullptr ? nullptr : pos + (g.pos_ids.data ? g.pos_ids.at(b, t) : g.start + t) * ps;
+    const Pos* wpe_p = pos == nullptr ? nullptr : pos_row(b, t);
     Out* o = out + b * g.out.sb + t * g.out.st;
     if (ix != id && g.zero_outside) [[unlikely]] {
       outside_row<Pos, Out>(o, wpe_p, D);
