@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "common/check.h"
 #include "common/parallel.h"
@@ -75,6 +76,42 @@ quad exact_frequency(int64_t k, int64_t D, const TableOptions& o) {
   return 0;
 }
 
+// How far the contract reaches: the exact frequency is known to about
+// (4 + |ln(w / scale)|) * 2^-113 relative (the rounding of the base, the
+// exponent and powq, amplified by the exponent's log), so the angle p * w of
+// every entry is known to p * w * (4 + |ln(w / scale)|) * 2^-113 radians.
+// That must stay below 2^-55 rad (under 1% of kSinCosError) for the rounding
+// guard to be sound: p * w * (4 + |ln(w / scale)|) <= 2^58. Every accepted
+// base (> 1) keeps w <= 1 and passes up to p = 2^52; a base below 1, or a
+// t2t min_timescale far from max_timescale, can give frequencies whose angles
+// no quad (or double: past 1e308 they overflow to NaN) computation knows.
+// Those are refused, naming the arguments, rather than written as NaN or noise.
+constexpr double kMaxAngleTimesLog = 0x1p58;
+
+std::string quad_text(quad v) {
+  char buf[64];
+  quadmath_snprintf(buf, sizeof buf, "%.4Qg", v);
+  return buf;
+}
+
+// pair k's frequency w (exact_frequency) and the largest position it is
+// computed at (at least 1: frequency() and position 0 must fit too).
+void check_angle(const char* where, int64_t k, int64_t D, const TableOptions& o, quad w, int64_t max_pos) {
+  const bool t2t = o.layout == Layout::kT2T;
+  const quad scale = t2t ? quad(o.min_timescale) : quad(1);
+  const quad p = static_cast<quad>(std::max<int64_t>(max_pos, 1));
+  const quad measure = p * w * (4 + fabsq(logq(w / scale)));
+  if (!(measure <= quad(kMaxAngleTimesLog))) {
+    detail::fail(Status::kInvalidArgument, where, "base = ", quad_text(quad(o.base)),
+                 t2t ? std::string(" with min_timescale = ") + quad_text(quad(o.min_timescale)) : std::string(),
+                 " gives pair ", k, " of ", layout_name(o.layout), " at D = ", D, " the frequency ", quad_text(w),
+                 " rad per position, too fast to compute its angle at position ", static_cast<int64_t>(p),
+                 " exactly: p * w * (4 + |ln(w", t2t ? " / min_timescale" : "", ")|) = ", quad_text(measure),
+                 " exceeds the limit 2^58 = ", quad_text(quad(kMaxAngleTimesLog)),
+                 t2t ? " (bring base and min_timescale closer together)" : " (use a base closer to 1 or above it)");
+  }
+}
+
 // What column i of a D-wide table holds: sin or cos of pair k, or zero.
 // O(1), the single definition of every layout's column order.
 struct ColumnRole {
@@ -121,11 +158,14 @@ LayoutPlan make_columns(int64_t D, const TableOptions& o) {
   return plan;
 }
 
-LayoutPlan make_plan(int64_t D, const TableOptions& o) {
+// max_pos: the last position the table holds (check_angle).
+LayoutPlan make_plan(const char* where, int64_t D, const TableOptions& o, int64_t max_pos) {
   LayoutPlan plan = make_columns(D, o);
   plan.pairs.resize(plan.sin_col.size());
   for (size_t k = 0; k < plan.pairs.size(); ++k) {
-    plan.pairs[k] = ExactPair(exact_frequency(static_cast<int64_t>(k), D, o));
+    const quad w = exact_frequency(static_cast<int64_t>(k), D, o);
+    check_angle(where, static_cast<int64_t>(k), D, o, w, max_pos);
+    plan.pairs[k] = ExactPair(w);
   }
   return plan;
 }
@@ -231,7 +271,7 @@ void generate(void* out_v, int64_t L, int64_t D, int64_t start, const TableOptio
   using Elem = typename Store<T>::Elem;
   constexpr Format kFmt = Store<T>::kFormat;
   Elem* out = static_cast<Elem*>(out_v);
-  const LayoutPlan plan = make_plan(D, o);
+  const LayoutPlan plan = make_plan("position_table", D, o, start + L - 1);
   const auto n = static_cast<int64_t>(plan.pairs.size());
 
   // (sin, cos)(j w_k) for the offsets j inside a block.
@@ -344,7 +384,9 @@ double frequency(int64_t k, int64_t D, const TableOptions& o) {
     detail::fail(Status::kInvalidArgument, kWhere, "pair ", k, " is outside [0, ", n, ") for ",
                  layout_name(o.layout), " at D = ", D);
   }
-  return static_cast<double>(exact_frequency(k, D, o));
+  const quad w = exact_frequency(k, D, o);
+  check_angle(kWhere, k, D, o, w, 1);
+  return static_cast<double>(w);
 }
 
 void position_table(void* out, DType dtype, int64_t L, int64_t D, int64_t start, const TableOptions& o) {
@@ -386,7 +428,9 @@ float position_value(int64_t pos, int64_t i, int64_t D, const TableOptions& o) {
   // Only the pair that owns column i needs its frequency: O(1) in D.
   const ColumnRole role = column_role(o.layout, D, i);
   if (role.pair < 0) return 0.0f;  // a zero column
-  const ExactPair pair(exact_frequency(role.pair, D, o));
+  const quad w = exact_frequency(role.pair, D, o);
+  check_angle(kWhere, role.pair, D, o, w, pos);
+  const ExactPair pair(w);
   double s = 0, c = 0;
   if (pos < detail::kMaxFastPosition) pair.sincos(pos, &s, &c);
   double r;
