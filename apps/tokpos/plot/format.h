@@ -1,9 +1,11 @@
 // One number in printf style, for the demo's text and the figures' labels.
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace tokpos::plot {
 
@@ -47,6 +49,40 @@ inline std::string fmt(DoubleFormat f, std::floating_point auto v) {
   char buf[96];
   std::snprintf(buf, sizeof buf, f.c_str(), static_cast<double>(v));
   return buf;
+}
+
+// The first max_bytes bytes of s as text for a label, in whole characters:
+// a UTF-8 character that does not fit entirely is left out, never cut (Cairo
+// refuses a string that ends mid-character), and each byte that is not part
+// of a valid UTF-8 character (a stray continuation byte, an overlong form, a
+// surrogate, a code point past U+10FFFF) is shown as U+FFFD, so any bytes
+// give a label Cairo can draw.
+inline std::string utf8_label(std::string_view s, size_t max_bytes) {
+  static constexpr char32_t kSmallest[5] = {0, 0, 0x80, 0x800, 0x10000};  // by length: no overlong forms
+  std::string out;
+  const size_t end = std::min(s.size(), max_bytes);
+  size_t i = 0;
+  while (i < end) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    const size_t len = lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : (lead >> 3) == 30 ? 4 : 0;
+    char32_t cp = len == 1 ? lead : len == 2 ? lead & 0x1Fu : len == 3 ? lead & 0x0Fu : lead & 0x07u;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t j = 1; ok && j < len; ++j) {
+      const auto c = static_cast<unsigned char>(s[i + j]);
+      ok = (c & 0xC0) == 0x80;
+      cp = (cp << 6) | (c & 0x3Fu);
+    }
+    ok = ok && cp >= kSmallest[len] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+    if (!ok) {
+      out += "\xEF\xBF\xBD";  // U+FFFD for this one byte
+      ++i;
+      continue;
+    }
+    if (i + len > end) break;  // a whole character past the limit: left out, not cut
+    out.append(s.substr(i, len));
+    i += len;
+  }
+  return out;
 }
 
 }  // namespace tokpos::plot

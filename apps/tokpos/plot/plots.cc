@@ -241,7 +241,8 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
        });
 
   // The worked example: a few tokens, the rows they pick, the position rows, the sum.
-  const auto ids_all = ByteTokenizer::encode(o.text.empty() ? std::string("Hello") : o.text);
+  const std::string example = o.text.empty() ? std::string("Hello") : o.text;
+  const auto ids_all = ByteTokenizer::encode(example);
   const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids_all.size()), std::min<int64_t>(8, L));
   const std::vector<int64_t> ids(ids_all.begin(), ids_all.begin() + T);
   const int64_t show = std::min<int64_t>(D, 16);
@@ -258,12 +259,15 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
   for (size_t k = 0; k < sum_rows.size(); ++k) sum_rows[k] = tok_rows[k] + pos_rows[k];
   save("lookup", "each id picks one row of the token table; the row for its position is added; the sum goes to attention",
        [&](cairo_t* cr) {
-         title(cr, "The lookup, step by step: \"" + std::string(o.text.begin(), o.text.begin() + std::min<size_t>(o.text.size(), T)) + "\"",
+         // The characters of the T bytes shown (a character cut by the limit is left out).
+         title(cr, "The lookup, step by step: \"" + utf8_label(example, static_cast<size_t>(T)) + "\"",
                "first " + std::to_string(show) + " of D = " + std::to_string(D) + " columns; each panel has its own colour scale");
          const double y0 = 110, h = 420, rowh = h / static_cast<double>(T);
          for (int64_t t = 0; t < T; ++t) {  // the tokens and their ids
            const auto byte = static_cast<char>(ids[t] - ByteTokenizer::kByteOffset);
-           std::string shown = (byte >= 32 && byte < 127) ? std::string("'") + byte + "'" : "0x" + std::to_string(ids[t] - 4);
+           char hex[8];
+           std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(ids[t] - ByteTokenizer::kByteOffset));
+           const std::string shown = (byte >= 32 && byte < 127) ? std::string("'") + byte + "'" : std::string(hex);
            text(cr, 30, y0 + rowh * (static_cast<double>(t) + 0.5), shown + "  ->  id " + std::to_string(ids[t]), 14);
          }
          const char* names[3] = {"token rows  table[id]", "position rows  P[t]", "sum  (input to attention)"};
