@@ -280,4 +280,56 @@ TEST(AtomicWrite, FailedWritesLeaveNoTemporaryFile) {
   EXPECT_NE(what.find("cannot write ''"), std::string::npos) << what;
 }
 
+// Several files at once (tokpos plot's pictures): a path in the way or a
+// write that fails part-way, at the last file, leaves every file as it was
+// and no temporary; when all succeed, all are replaced.
+TEST(AtomicWrite, SeveralFilesAreAllOrNothing) {
+  const std::string dir = fresh_dir("batch");
+  const std::vector<std::string> names = {"a.bin", "b.bin", "c.bin"};
+  for (const auto& n : names) write(dir + "/" + n, "old " + n);
+  const std::string small = "new", big(1000, 'x');
+  auto batch = [&](const std::string& last) {
+    const std::vector<tokpos::FileBytes> files = {
+        {dir + "/a.bin", std::as_bytes(std::span(small.data(), small.size()))},
+        {dir + "/b.bin", std::as_bytes(std::span(small.data(), small.size()))},
+        {last, std::as_bytes(std::span(big.data(), big.size()))}};
+    tokpos::write_files_atomically(files, "test");
+  };
+  auto unchanged = [&] {
+    for (const auto& n : names) EXPECT_EQ(slurp(dir + "/" + n), "old " + n) << n;
+  };
+  std::string what;
+  // The last file fails half-way (a full disk): the first two stay old.
+  tokpos::detail::inject_write_failure_for_testing(100);
+  EXPECT_EQ(status_of([&] { batch(dir + "/c.bin"); }, &what), tokpos::Status::kIoError);
+  tokpos::detail::inject_write_failure_for_testing(-1);
+  EXPECT_NE(what.find("cannot write " + dir + "/c.bin: " + std::strerror(EIO)), std::string::npos) << what;
+  unchanged();
+  EXPECT_EQ(entries(dir), names);
+  // A FIFO, a dangling link, a directory where the last file goes: refused before anything is written.
+  const std::string fifo = dir + "/fifo", dangling = dir + "/dangling", sub = dir + "/sub";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  fs::create_symlink("gone", dangling);
+  fs::create_directory(sub);
+  for (const std::string& last : {fifo, dangling, sub}) {
+    EXPECT_EQ(status_of([&] { batch(last); }, &what), tokpos::Status::kIoError) << last;
+    EXPECT_NE(what.find("cannot write " + last + ": "), std::string::npos) << what;
+    unchanged();
+  }
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dangling)));
+  EXPECT_EQ(entries(dir), (std::vector<std::string>{"a.bin", "b.bin", "c.bin", "dangling", "fifo", "sub"}));
+  // check_replaceable_file says the same without writing anything.
+  EXPECT_EQ(status_of([&] { tokpos::check_replaceable_file(fifo, "test"); }, &what), tokpos::Status::kIoError);
+  EXPECT_NE(what.find("cannot write " + fifo + ": it is a FIFO"), std::string::npos) << what;
+  EXPECT_EQ(status_of([&] { tokpos::check_replaceable_file(dir + "/a.bin", "test"); }, &what), tokpos::Status::kOk);
+  EXPECT_EQ(status_of([&] { tokpos::check_replaceable_file(dir + "/new.bin", "test"); }, &what), tokpos::Status::kOk);
+  // All well: every file is replaced.
+  batch(dir + "/c.bin");
+  EXPECT_EQ(slurp(dir + "/a.bin"), small);
+  EXPECT_EQ(slurp(dir + "/b.bin"), small);
+  EXPECT_EQ(slurp(dir + "/c.bin"), big);
+  EXPECT_EQ(entries(dir), (std::vector<std::string>{"a.bin", "b.bin", "c.bin", "dangling", "fifo", "sub"}));
+}
+
 }  // namespace

@@ -739,4 +739,47 @@ TEST(Cli, DeferSignalsHoldsASignalWhileAnotherThreadRuns) {
       ::testing::KilledBySignal(SIGINT), "");
 }
 
+// The command lines of three reports: a FIFO where an SVG goes, a title cut
+// in the middle of a character, t2t timescales at both ends of the double range.
+TEST(Cli, PlotWithAFifoInTheWayReplacesNoPicture) {
+  const auto dir = scratch("cli_plot_fifo." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(run("plot --dim 8 --context 8 --out " + dir).status, 0);
+  std::filesystem::remove(dir + "/wavelength_bands.svg");
+  ASSERT_EQ(::mkfifo((dir + "/wavelength_bands.svg").c_str(), 0644), 0) << std::strerror(errno);
+  std::map<std::string, std::string> before;  // snapshot() would open the FIFO and wait
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".png") before[e.path().filename().string()] = slurp(e.path().string());
+  }
+  ASSERT_EQ(before.size(), 8u);
+  const auto r = run("plot --dim 16 --context 16 --out " + dir);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot write " + dir + "/wavelength_bands.svg: it is a FIFO"), std::string::npos) << r.out;
+  for (const auto& [name, bytes] : before) EXPECT_EQ(slurp(dir + "/" + name), bytes) << name;
+  EXPECT_TRUE(std::filesystem::is_fifo(std::filesystem::symlink_status(dir + "/wavelength_bands.svg")));
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 16);  // no temporary file
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, PlotTextWithACharacterAcrossTheTitlesCut) {
+  const auto dir = scratch("cli_plot_utf8." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const auto r = run("plot --dim 8 --context 8 --text 'Hello w\xC3\xB6rld' --out " + dir);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("lookup.png"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, TableRefusesT2tTimescalesWhoseAnglesCannotBeComputed) {
+  const auto out = scratch("cli_t2t_extreme." + std::to_string(::getpid()) + ".npy");
+  std::filesystem::remove(out);
+  const auto r = run("table --layout t2t --base 1e-308 --min-timescale 1e308 --dim 16 --context 2 --out " + out);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("base = 1e-308 with min_timescale = 1e+308"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("exceeds the limit 2^58"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 }  // namespace

@@ -2,6 +2,12 @@
 // and its pixels show what the data implies. Plus determinism and bad --out.
 #include <cairo.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <map>
 
 #include <cmath>
 #include <filesystem>
@@ -10,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "format.h"
 #include "plots.h"
 #include "tokpos/error.h"
 
@@ -235,6 +242,106 @@ TEST(PlotErrors, ADirectoryInTheWayWritesNoPicture) {
   int entries = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
   EXPECT_EQ(entries, 2);  // a.png and the directory b.svg: no temporary files
+}
+
+// name -> contents of every entry of dir; what is not a regular file is
+// named by its kind (a FIFO is never opened: that would wait for a writer).
+std::map<std::string, std::string> entries_of(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const auto st = std::filesystem::symlink_status(e.path());
+    const std::string name = e.path().filename().string();
+    if (std::filesystem::is_symlink(st)) {
+      m[name] = "<link to " + std::filesystem::read_symlink(e.path()).string() + ">";
+    } else if (std::filesystem::is_fifo(st)) {
+      m[name] = "<fifo>";
+    } else if (std::filesystem::is_directory(st)) {
+      m[name] = "<dir>";
+    } else {
+      m[name] = read_all(e.path().string());
+    }
+  }
+  return m;
+}
+
+// Anything but a regular file (or a link to one) where a picture goes stops
+// the run before any picture is replaced: a FIFO at the last SVG, a dangling
+// link or a link to a FIFO at the first, a directory at a PNG.
+TEST(PlotErrors, WhateverIsInTheWayNoPictureIsReplaced) {
+  const std::string dir = ::testing::TempDir() + "tokpos_plot_kinds_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::ostringstream log;
+  tokpos::plot::make_plots({.dim = 8, .context = 8, .out = dir}, log);
+  const std::string fifo = dir + "/elsewhere.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  struct Case {
+    std::string file, kind;
+    std::function<void(const std::string&)> plant;
+  };
+  const std::vector<Case> cases = {
+      {"alibi_slopes.svg", "it is a FIFO",
+       [](const std::string& p) { ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0) << std::strerror(errno); }},
+      {"position_table.svg", "which does not exist",
+       [](const std::string& p) { std::filesystem::create_symlink("nowhere.svg", p); }},
+      {"lookup.svg", "a FIFO, not a regular file",
+       [](const std::string& p) { std::filesystem::create_symlink("elsewhere.fifo", p); }},
+      {"rope_scalings.png", "it is a directory",
+       [](const std::string& p) { std::filesystem::create_directory(p); }},
+  };
+  for (const Case& c : cases) {
+    const std::string target = dir + "/" + c.file;
+    const std::string saved = read_all(target);
+    std::filesystem::remove(target);
+    c.plant(target);
+    const auto before = entries_of(dir);
+    try {
+      tokpos::plot::make_plots({.dim = 16, .context = 16, .out = dir}, log);  // other pictures than before
+      ADD_FAILURE() << c.file << ": no error";
+    } catch (const tokpos::Error& e) {
+      EXPECT_EQ(e.status(), tokpos::Status::kIoError) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cannot write " + target + ": "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.kind), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(entries_of(dir), before) << c.file;  // no picture replaced, no temporary file left
+    std::filesystem::remove(target);
+    std::ofstream(target, std::ios::binary) << saved;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Titles are cut to the bytes the lookup shows (8 here), in whole UTF-8
+// characters: never in the middle of one, which Cairo refuses to draw.
+TEST(PlotText, LabelsAreCutInWholeCharacters) {
+  using tokpos::plot::utf8_label;
+  EXPECT_EQ(utf8_label("Hello", 8), "Hello");
+  EXPECT_EQ(utf8_label("Hello world", 8), "Hello wo");
+  EXPECT_EQ(utf8_label("Hello w\xC3\xB6rld", 8), "Hello w");          // ö is bytes 8 and 9
+  EXPECT_EQ(utf8_label("Hello w\xC3\xB6rld", 9), "Hello w\xC3\xB6");
+  EXPECT_EQ(utf8_label("Hello \xE4\xBD\xA0\xE5\xA5\xBD", 8), "Hello ");  // 你 is bytes 7..9
+  EXPECT_EQ(utf8_label("Hello \xE4\xBD\xA0\xE5\xA5\xBD", 9), "Hello \xE4\xBD\xA0");
+  EXPECT_EQ(utf8_label("Hey \xF0\x9F\x98\x80!", 7), "Hey ");           // 😀 is bytes 5..8
+  EXPECT_EQ(utf8_label("Hey \xF0\x9F\x98\x80!", 8), "Hey \xF0\x9F\x98\x80");
+  EXPECT_EQ(utf8_label("\xF0\x9F\x98\x80", 3), "");
+  // Bytes that are no UTF-8 character are shown as U+FFFD, one each.
+  EXPECT_EQ(utf8_label("a\xFF" "b", 8), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(utf8_label("\x80\xC0\xAF", 8), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // stray, overlong
+  EXPECT_EQ(utf8_label("\xED\xA0\x80", 8), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
+  EXPECT_EQ(utf8_label("ab\xC3", 8), "ab\xEF\xBF\xBD");  // the text itself ends mid-character
+}
+
+// The lookup picture of multi-byte texts, with a character across the 8-byte
+// cut, and of bytes that are not UTF-8 at all, is drawn.
+TEST(PlotText, MultiByteTextsAtTheCutAreDrawn) {
+  const std::string dir = ::testing::TempDir() + "tokpos_plot_utf8_" + std::to_string(::getpid());
+  for (const char* text : {"Hello w\xC3\xB6rld", "Hello \xE4\xBD\xA0\xE5\xA5\xBD", "Hey w\xF0\x9F\x98\x80!",
+                           "\xFF\xFE bytes"}) {
+    std::filesystem::remove_all(dir);
+    std::ostringstream log;
+    EXPECT_NO_THROW(tokpos::plot::make_plots({.dim = 8, .context = 8, .out = dir, .text = text}, log)) << text;
+    const Image lookup(dir + "/lookup.png");
+    EXPECT_TRUE(lookup.ok()) << text;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -33,4 +33,28 @@ namespace tokpos {
 TOKPOS_API void write_file_atomically(const std::string& path, std::span<const std::byte> bytes,
                                       const char* where = "tokpos::write_file_atomically");
 
+// Throws, without writing anything, the Error that write_file_atomically
+// would throw for what stands at `path` (a directory, device, FIFO or socket,
+// a symbolic link to nothing or to one of those). A program that writes
+// several files can check every path with it first, so that one path in the
+// way fails the run before any file is replaced.
+TOKPOS_API void check_replaceable_file(const std::string& path, const char* where = "tokpos::check_replaceable_file");
+
+// One file of write_files_atomically.
+struct FileBytes {
+  std::string path;
+  std::span<const std::byte> bytes;
+};
+
+// write_file_atomically for several files, all or nothing up to the renames:
+// every path is checked first (as check_replaceable_file), every new file is
+// then written in full to its own temporary and fsynced, and only when all
+// are written are they renamed over their paths, in order. Any failure before
+// the renames (a path in the way, a full disk) removes every temporary file
+// and leaves every path untouched. Only a failed rename, which a sound file
+// system does not give, can leave the earlier files replaced; its message
+// says so.
+TOKPOS_API void write_files_atomically(std::span<const FileBytes> files,
+                                       const char* where = "tokpos::write_files_atomically");
+
 }  // namespace tokpos

@@ -135,9 +135,20 @@ int create_temporary(const char* where, const std::string& path, const Target& t
 
 void inject_write_failure_for_testing(long long bytes) { g_fail_after.store(bytes); }
 
-void write_file_atomically(const char* where, const std::string& path,
-                           const std::vector<std::pair<const void*, size_t>>& pieces) {
-  const Target target = resolve_target(where, path);
+namespace {
+
+// A complete new file in its temporary, not yet renamed over its path.
+struct Staged {
+  std::string path;  // as the caller named it, for messages
+  std::string tmp;
+  Target target;
+};
+
+// Everything up to the rename: the temporary file beside the target gets the
+// old file's mode and all of `pieces`, and reaches the disk. A failure removes
+// the temporary and throws; the target is untouched either way.
+Staged stage(const char* where, const std::string& path, const Target& target,
+             const std::vector<std::pair<const void*, size_t>>& pieces) {
   std::string tmp;
   const int fd = create_temporary(where, path, target, &tmp);
   int err = 0;
@@ -182,23 +193,74 @@ void write_file_atomically(const char* where, const std::string& path,
     fail(Status::kIoError, where, "cannot write ", path, ": ", std::strerror(err),
          " (the previous file, if any, is unchanged)");
   }
-  if (::rename(tmp.c_str(), target.path.c_str()) != 0) {
-    err = errno;
-    ::unlink(tmp.c_str());
-    fail(Status::kIoError, where, "cannot rename ", tmp, " to ", target.path, ": ", std::strerror(err));
+  return {path, tmp, target};
+}
+
+// The rename that makes the staged file the file. On failure the temporary is
+// removed and the target keeps its old contents.
+void rename_staged(const char* where, const Staged& s, const char* unchanged_note) {
+  if (::rename(s.tmp.c_str(), s.target.path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(s.tmp.c_str());
+    fail(Status::kIoError, where, "cannot rename ", s.tmp, " to ", s.target.path, ": ", std::strerror(err),
+         unchanged_note);
   }
-  // And the rename itself reaches the disk: sync the directory that holds it.
-  // A directory this process may search but not read cannot be opened, and
-  // some file systems cannot sync a directory (EINVAL); neither loses data.
+}
+
+// And the rename itself reaches the disk: sync the directory that holds it.
+// A directory this process may search but not read cannot be opened, and
+// some file systems cannot sync a directory (EINVAL); neither loses data.
+void sync_directory(const char* where, const std::string& path, const Target& target) {
   const std::string dir = dir_prefix(target.path).empty() ? "." : dir_prefix(target.path);
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    if (::fsync(dfd) != 0 && errno != EINVAL) err = errno;
-    ::close(dfd);
-    if (err != 0)
-      fail(Status::kIoError, where, "cannot write ", path, ": the new file is in place, but syncing its directory ",
-           dir, " failed: ", std::strerror(err));
+  if (dfd < 0) return;
+  int err = 0;
+  if (::fsync(dfd) != 0 && errno != EINVAL) err = errno;
+  ::close(dfd);
+  if (err != 0)
+    fail(Status::kIoError, where, "cannot write ", path, ": the new file is in place, but syncing its directory ",
+         dir, " failed: ", std::strerror(err));
+}
+
+}  // namespace
+
+void check_replaceable(const char* where, const std::string& path) { (void)resolve_target(where, path); }
+
+void write_file_atomically(const char* where, const std::string& path,
+                           const std::vector<std::pair<const void*, size_t>>& pieces) {
+  const Target target = resolve_target(where, path);
+  const Staged s = stage(where, path, target, pieces);
+  rename_staged(where, s, "");
+  sync_directory(where, path, s.target);
+}
+
+void write_files_atomically(const char* where, const std::vector<FileContents>& files) {
+  // 1. Every path is checked before any temporary file exists.
+  std::vector<Target> targets;
+  targets.reserve(files.size());
+  for (const FileContents& f : files) targets.push_back(resolve_target(where, f.path));
+  // 2. Every new file is written in full, each to its own temporary.
+  std::vector<Staged> staged;
+  staged.reserve(files.size());
+  try {
+    for (size_t i = 0; i < files.size(); ++i) staged.push_back(stage(where, files[i].path, targets[i], files[i].pieces));
+  } catch (...) {
+    for (const Staged& s : staged) ::unlink(s.tmp.c_str());
+    throw;
   }
+  // 3. Only then the renames, which do not fail on a sound file system (each
+  //    temporary sits in its target's directory, created by this process).
+  for (size_t i = 0; i < staged.size(); ++i) {
+    try {
+      rename_staged(where, staged[i],
+                    i == 0 ? " (no file was replaced)"
+                           : " (the files before it were replaced; it and the files after it are unchanged)");
+    } catch (...) {
+      for (size_t j = i + 1; j < staged.size(); ++j) ::unlink(staged[j].tmp.c_str());
+      throw;
+    }
+  }
+  for (const Staged& s : staged) sync_directory(where, s.path, s.target);
 }
 
 }  // namespace tokpos::detail

@@ -23,6 +23,27 @@ namespace tokpos::detail {
 void write_file_atomically(const char* where, const std::string& path,
                            const std::vector<std::pair<const void*, size_t>>& pieces);
 
+// Throws the Error write_file_atomically would throw for what is at `path`
+// (a directory, device, FIFO or socket, a link to nothing or to one of those,
+// an unreadable link) before it writes anything; writes nothing itself.
+void check_replaceable(const char* where, const std::string& path);
+
+// One file for write_files_atomically: its path and its bytes, in pieces.
+struct FileContents {
+  std::string path;
+  std::vector<std::pair<const void*, size_t>> pieces;
+};
+
+// write_file_atomically for several files at once, all or nothing up to the
+// renames: every path is checked first (as check_replaceable), then every
+// new file is written in full to its temporary and fsynced, and only when
+// all are written are they renamed over their paths, in order, and the
+// directories fsynced. Any failure before the renames (a path in the way, a
+// full disk, an injected failure) removes every temporary and leaves every
+// path untouched. A failed rename (which a sound file system does not give)
+// says which files were already replaced.
+void write_files_atomically(const char* where, const std::vector<FileContents>& files);
+
 // Test hook: the next atomic writes fail with EIO after `bytes` bytes have
 // reached the temporary file (negative: off). Lets tests interrupt a write
 // half-way, as a full disk would, and check that nothing was lost.

@@ -1,7 +1,6 @@
 #include "chart.h"
 
 #include <cairo-svg.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -222,21 +221,13 @@ Figure render_figure(const std::string& name, int w, int h, const std::function<
 }
 
 void write_figures(const std::string& dir, const std::vector<Figure>& figures) {
+  std::vector<FileBytes> files;
   for (const Figure& f : figures) {
-    for (const char* ext : {".png", ".svg"}) {
-      const std::string path = dir + "/" + f.name + ext;
-      struct stat st {};
-      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-        throw Error(Status::kIoError, "tokpos plot: cannot write " + path +
-                                          ": it is a directory (no picture was written)");
-      }
-    }
+    files.push_back({dir + "/" + f.name + ".png", std::as_bytes(std::span(f.png))});
+    files.push_back({dir + "/" + f.name + ".svg", std::as_bytes(std::span(f.svg))});
   }
-  DeferSignals defer;
-  for (const Figure& f : figures) {
-    write_file_atomically(dir + "/" + f.name + ".png", std::as_bytes(std::span(f.png)), "tokpos plot");
-    write_file_atomically(dir + "/" + f.name + ".svg", std::as_bytes(std::span(f.svg)), "tokpos plot");
-  }
+  DeferSignals defer;  // the writes and renames finish; an interrupt acts after them
+  write_files_atomically(files, "tokpos plot");
 }
 
 void save_figure(const std::string& dir, const std::string& name, int w, int h,

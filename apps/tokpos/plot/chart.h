@@ -57,10 +57,13 @@ struct Figure {
 // Renders draw(cr) into a w x h PNG and SVG in memory; writes nothing.
 Figure render_figure(const std::string& name, int w, int h, const std::function<void(cairo_t*)>& draw);
 
-// Writes every figure to dir/name.{png,svg}, each file atomically. First
-// checks that no target is a directory (nothing is written then); while it
-// writes, SIGINT/SIGTERM/SIGHUP wait until it is done. Throws tokpos::Error
-// naming the file on failure; the files not yet written keep their old contents.
+// Writes every figure to dir/name.{png,svg}, all or nothing
+// (tokpos::write_files_atomically): every path is checked first (a
+// directory, FIFO, device, socket or dangling link in the way fails the run
+// before any file is written), every file is written in full to a temporary,
+// and only then are they renamed into place. While it writes,
+// SIGINT/SIGTERM/SIGHUP wait until it is done. Throws tokpos::Error naming
+// the file on failure; every picture keeps its old contents then.
 void write_figures(const std::string& dir, const std::vector<Figure>& figures);
 
 // render_figure, then write_figures for that one figure.
