@@ -28,6 +28,11 @@
  * rank prints the error. The ranks then agree on the outcome with one small
  * MPI_Allreduce of a status flag (so a rank whose call succeeded would not
  * wait forever in the data all-reduce), call MPI_Finalize and exit 3.
+ * Bad arguments on any rank (mpirun's "prog --pad 0 : prog" gives ranks
+ * different ones) or ranks given different --pad values: each such rank
+ * names its bad argument, the others say another rank has bad arguments,
+ * after one MPI_Allreduce of the start-up status that every rank joins
+ * before anything else, and all exit 2.
  * Exit codes: 0 all equal, 1 a mismatch (the first differing element is
  * named), 2 bad arguments, 3 a tokpos call failed. */
 #include <dlpack/dlpack.h>
@@ -138,17 +143,54 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
 
-  int bad_id = 0;
+  /* Arguments: a rank that cannot parse its own does not stop here, where the
+   * others would wait for it in their first collective; it joins the start-up
+   * agreement below, which every rank reaches. */
+  int bad_id = 0, usage = 0;
   int64_t pad = 8;
-  for (int i = 1; i < argc; ++i) {
+  for (int i = 1; i < argc && !usage; ++i) {
     if (strcmp(argv[i], "--bad-id") == 0) {
       bad_id = 1;
-    } else if (strcmp(argv[i], "--pad") == 0 && i + 1 < argc && atoll(argv[i + 1]) >= 1) {
-      pad = atoll(argv[++i]);
+    } else if (strcmp(argv[i], "--pad") == 0) {
+      char* end = NULL;
+      const long long v = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
+      if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || v < 1) {
+        printf("rank %d: --pad needs an integer >= 1, got %s%s%s\n", g_rank, i + 1 < argc ? "'" : "",
+               i + 1 < argc ? argv[i + 1] : "nothing", i + 1 < argc ? "'" : "");
+        usage = 1;
+      } else {
+        pad = v;
+        ++i;
+      }
     } else {
-      if (g_rank == 0) fprintf(stderr, "usage: %s [--bad-id] [--pad N (>= 1)]\n", argv[0]);
+      printf("rank %d: unknown argument '%s'\n", g_rank, argv[i]);
+      usage = 1;
+    }
+  }
+  if (usage) printf("rank %d: usage: %s [--bad-id] [--pad N (>= 1)]\n", g_rank, argv[0]);
+
+  int64_t row_begin = 0, rows = 0;
+  int shard_err = 0;
+  if (!usage)
+    shard_err = failed("tokpos_vocab_shard_range", tokpos_vocab_shard_range(&row_begin, &rows, kV, pad, world, g_rank));
+
+  /* The start-up agreement, before anything else: every rank takes part,
+   * whatever its own arguments, so each ends with the named error of the
+   * rank that failed, and none waits for one that has stopped. The ranks must
+   * also agree on --pad: shards of different paddings are not one table. */
+  {
+    int64_t mine[4] = {usage, shard_err, pad, -pad}, all[4] = {0, 0, 0, 0};
+    MPI_Allreduce(mine, all, 4, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    const int pads_differ = !all[0] && all[2] != -all[3];
+    if (pads_differ)
+      printf("rank %d: --pad %lld here, but the ranks were given different values, from %lld to %lld\n", g_rank,
+             (long long)pad, (long long)-all[3], (long long)all[2]);
+    if (all[0] || pads_differ || all[1]) {
+      if (!usage && !shard_err && !pads_differ)
+        printf("rank %d: stopping, another rank %s\n", g_rank, all[0] ? "has bad arguments" : "failed");
+      fflush(stdout);
       MPI_Finalize();
-      return EXIT_USAGE;
+      return all[0] || pads_differ ? EXIT_USAGE : EXIT_TOKPOS;
     }
   }
 
@@ -156,12 +198,6 @@ int main(int argc, char** argv) {
   int64_t T = 48;
   while (kB * T < 2 + 4 * (int64_t)world + kHotCount + 16) T += 8;
   const int64_t N = kB * T, D = kD, V = kV, L = kStart + T + 3;
-
-  int64_t row_begin = 0, rows = 0;
-  if (failed("tokpos_vocab_shard_range", tokpos_vocab_shard_range(&row_begin, &rows, V, pad, world, g_rank))) {
-    MPI_Finalize();
-    return EXIT_TOKPOS;
-  }
 
   int64_t* ids = xcalloc((size_t)N, sizeof *ids);
   float* shard = xcalloc((size_t)(rows * D), sizeof *shard);
