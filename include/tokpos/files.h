@@ -33,4 +33,14 @@ namespace tokpos {
 TOKPOS_API void write_file_atomically(const std::string& path, std::span<const std::byte> bytes,
                                       const char* where = "tokpos::write_file_atomically");
 
+// Throws the Error(kIoError) that write_file_atomically(path, …) would throw
+// for what is at `path` now, and writes nothing: an empty path; a directory,
+// device, FIFO or socket; a symbolic link to nothing or to one of those (or a
+// loop of links); a target directory that does not exist or that this
+// process cannot create a file in. A program that writes several files
+// checks every path first, so that one refused path leaves all of them as
+// they were (another process may still change a path between the check and
+// the write).
+TOKPOS_API void check_file_writable(const std::string& path, const char* where = "tokpos::check_file_writable");
+
 }  // namespace tokpos

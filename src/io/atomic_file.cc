@@ -135,6 +135,21 @@ int create_temporary(const char* where, const std::string& path, const Target& t
 
 void inject_write_failure_for_testing(long long bytes) { g_fail_after.store(bytes); }
 
+void check_file_writable(const char* where, const std::string& path) {
+  const Target target = resolve_target(where, path);
+  // The temporary file is created in the target's directory: it must be one
+  // this process may create files in.
+  const std::string dir = dir_prefix(target.path).empty() ? "." : dir_prefix(target.path);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    fail(Status::kIoError, where, "cannot write ", path, ": its directory ", dir, ": ", std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) fail(Status::kIoError, where, "cannot write ", path, ": ", dir, " is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    fail(Status::kIoError, where, "cannot write ", path, ": its directory ", dir, ": ", std::strerror(errno));
+  }
+}
+
 void write_file_atomically(const char* where, const std::string& path,
                            const std::vector<std::pair<const void*, size_t>>& pieces) {
   const Target target = resolve_target(where, path);

@@ -23,6 +23,13 @@ namespace tokpos::detail {
 void write_file_atomically(const char* where, const std::string& path,
                            const std::vector<std::pair<const void*, size_t>>& pieces);
 
+// Throws the Error(kIoError) write_file_atomically would throw for what is at
+// `path` now, before anything is written: an empty path, a directory, device,
+// FIFO or socket, a symbolic link to nothing or to one of those, a link loop,
+// or a directory (the target's) this process cannot create a file in. Writes
+// nothing. The contract in full: include/tokpos/files.h.
+void check_file_writable(const char* where, const std::string& path);
+
 // Test hook: the next atomic writes fail with EIO after `bytes` bytes have
 // reached the temporary file (negative: off). Lets tests interrupt a write
 // half-way, as a full disk would, and check that nothing was lost.
