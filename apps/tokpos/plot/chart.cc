@@ -1,7 +1,6 @@
 #include "chart.h"
 
 #include <cairo-svg.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -222,13 +221,15 @@ Figure render_figure(const std::string& name, int w, int h, const std::function<
 }
 
 void write_figures(const std::string& dir, const std::vector<Figure>& figures) {
+  // Every path is checked before any picture is written: a directory, FIFO,
+  // device or dangling link at one leaves all the pictures as they were.
   for (const Figure& f : figures) {
     for (const char* ext : {".png", ".svg"}) {
       const std::string path = dir + "/" + f.name + ext;
-      struct stat st {};
-      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-        throw Error(Status::kIoError, "tokpos plot: cannot write " + path +
-                                          ": it is a directory (no picture was written)");
+      try {
+        check_file_writable(path, "tokpos plot");
+      } catch (const Error& e) {
+        throw Error(e.status(), std::string(e.what()) + " (no picture was written)");
       }
     }
   }
