@@ -319,11 +319,11 @@ TEST(AtomicWrite, SeveralFilesAreAllOrNothing) {
   EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
   EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dangling)));
   EXPECT_EQ(entries(dir), (std::vector<std::string>{"a.bin", "b.bin", "c.bin", "dangling", "fifo", "sub"}));
-  // check_replaceable_file says the same without writing anything.
-  EXPECT_EQ(status_of([&] { tokpos::check_replaceable_file(fifo, "test"); }, &what), tokpos::Status::kIoError);
+  // check_file_writable says the same without writing anything.
+  EXPECT_EQ(status_of([&] { tokpos::check_file_writable(fifo, "test"); }, &what), tokpos::Status::kIoError);
   EXPECT_NE(what.find("cannot write " + fifo + ": it is a FIFO"), std::string::npos) << what;
-  EXPECT_EQ(status_of([&] { tokpos::check_replaceable_file(dir + "/a.bin", "test"); }, &what), tokpos::Status::kOk);
-  EXPECT_EQ(status_of([&] { tokpos::check_replaceable_file(dir + "/new.bin", "test"); }, &what), tokpos::Status::kOk);
+  EXPECT_EQ(status_of([&] { tokpos::check_file_writable(dir + "/a.bin", "test"); }, &what), tokpos::Status::kOk);
+  EXPECT_EQ(status_of([&] { tokpos::check_file_writable(dir + "/new.bin", "test"); }, &what), tokpos::Status::kOk);
   // All well: every file is replaced.
   batch(dir + "/c.bin");
   EXPECT_EQ(slurp(dir + "/a.bin"), small);

@@ -3,13 +3,13 @@
 #include <cairo.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
-
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -342,6 +342,36 @@ TEST(PlotText, MultiByteTextsAtTheCutAreDrawn) {
     EXPECT_TRUE(lookup.ok()) << text;
   }
   std::filesystem::remove_all(dir);
+}
+
+// What write_figures refuses is what the atomic writer would refuse, checked
+// for every path first: a FIFO or a dangling link at the second figure's path
+// leaves the first figure's old picture in place.
+TEST(PlotErrors, AFifoOrDanglingLinkInTheWayWritesNoPicture) {
+  auto draw = [](cairo_t* cr) { tokpos::plot::text(cr, 10, 10, "x", 12); };
+  const std::vector<tokpos::plot::Figure> figures = {tokpos::plot::render_figure("a", 40, 30, draw),
+                                                     tokpos::plot::render_figure("b", 40, 30, draw)};
+  for (const bool fifo : {true, false}) {
+    const std::string dir = ::testing::TempDir() + "tokpos_plot_fifo_in_the_way";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string in_the_way = dir + "/b.png";
+    if (fifo) {
+      ASSERT_EQ(::mkfifo(in_the_way.c_str(), 0600), 0);
+    } else {
+      ASSERT_EQ(::symlink("missing/b.png", in_the_way.c_str()), 0);
+    }
+    std::ofstream(dir + "/a.png") << "old";
+    try {
+      tokpos::plot::write_figures(dir, figures);
+      ADD_FAILURE() << "no error";
+    } catch (const tokpos::Error& e) {
+      EXPECT_EQ(e.status(), tokpos::Status::kIoError) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cannot write " + in_the_way), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(read_all(dir + "/a.png"), "old") << (fifo ? "FIFO" : "dangling link");
+    EXPECT_FALSE(std::filesystem::exists(dir + "/a.svg"));
+  }
 }
 
 }  // namespace

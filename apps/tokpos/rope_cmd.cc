@@ -1,7 +1,5 @@
 #include "rope_cmd.h"
 
-#include <sys/stat.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +14,7 @@
 #include "progress.h"
 
 #include "tokpos/error.h"
+#include "tokpos/files.h"
 #include "tokpos/npy.h"
 #include "tokpos/ops.h"
 #include "tokpos/rope.h"
@@ -85,21 +84,18 @@ RopeScaling parse_scaling(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double's range, e.g. 1e400
+    fail("--scaling '" + text + "' has a number outside double's range (every number must be finite): " + e.what());
+  } catch (const nlohmann::json::exception& e) {
     fail("--scaling '" + text + "' is not JSON: " + e.what());
   }
   if (j.is_null()) return s;  // rope_scaling: null is the default
   if (!j.is_object()) fail("--scaling '" + text + "' must be a JSON object, e.g. {\"rope_type\":\"linear\",\"factor\":2}");
-  bool typed = false;
+  std::optional<std::string> rope_type, type;
   for (const auto& [key, v] : j.items()) {
     if (key == "rope_type" || key == "type") {  // "type" is the older spelling transformers still reads
       if (!v.is_string()) fail("--scaling: '" + key + "' = " + v.dump() + " must be a string");
-      try {
-        s.type = rope_type_from_name(v.get<std::string>());
-      } catch (const Error& e) {
-        fail(std::string("--scaling: ") + e.what());
-      }
-      typed = true;
+      (key == "rope_type" ? rope_type : type) = v.get<std::string>();
     } else if (key == "factor") {
       s.factor = number(v, key);
     } else if (key == "original_max_position_embeddings") {
@@ -134,7 +130,12 @@ RopeScaling parse_scaling(const std::string& text) {
            "short_factor, long_factor)");
     }
   }
-  if (!typed) fail("--scaling '" + text + "' lacks 'rope_type' (default, linear, dynamic, yarn, longrope, llama3)");
+  try {  // the rule every front end shares: rope_type, else type; the two disagreeing is refused
+    s.type = rope_scaling_type(rope_type, type);
+  } catch (const Error& e) {
+    fail("--scaling '" + text + "': " + e.what() +
+         (rope_type || type ? "" : " (one of default, linear, dynamic, yarn, longrope, llama3)"));
+  }
   // transformers' dynamic scaling reads the model's max_position_embeddings;
   // a rope_scaling dict carries original_max_position_embeddings instead.
   if (s.type == RopeType::kDynamic && !s.max_position_embeddings) {
@@ -222,12 +223,9 @@ void run_rope(const RopeCommand& c, std::ostream& log) {
     }
   }
   const std::string freq_path = rope_inv_freq_path(c.out);
-  for (const std::string* path : {&c.out, &freq_path}) {  // refused before either file is written
-    struct stat st {};
-    if (::stat(path->c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      throw Error(Status::kIoError, "tokpos rope: cannot write " + *path + ": it is a directory");
-    }
-  }
+  // Both paths are checked before either file is written: a path that cannot
+  // be written (a directory, FIFO, device, dangling link, …) leaves both as they were.
+  for (const std::string* path : {&c.out, &freq_path}) check_file_writable(*path, "tokpos rope");
   {
     plot::DeferSignals defer;  // an interrupt waits for the (atomic) writes: no temporary file is left
     write_npy(c.out, "<f4", {2, T, D}, cache.data(), cache.size() * sizeof(float));

@@ -33,12 +33,15 @@ namespace tokpos {
 TOKPOS_API void write_file_atomically(const std::string& path, std::span<const std::byte> bytes,
                                       const char* where = "tokpos::write_file_atomically");
 
-// Throws, without writing anything, the Error that write_file_atomically
-// would throw for what stands at `path` (a directory, device, FIFO or socket,
-// a symbolic link to nothing or to one of those). A program that writes
-// several files can check every path with it first, so that one path in the
-// way fails the run before any file is replaced.
-TOKPOS_API void check_replaceable_file(const std::string& path, const char* where = "tokpos::check_replaceable_file");
+// Throws the Error(kIoError) that write_file_atomically(path, …) would throw
+// for what is at `path` now, and writes nothing: an empty path; a directory,
+// device, FIFO or socket; a symbolic link to nothing or to one of those (or a
+// loop of links); a target directory that does not exist or that this
+// process cannot create a file in. A program that writes several files
+// checks every path first, so that one refused path leaves all of them as
+// they were (another process may still change a path between the check and
+// the write); write_files_atomically does this itself.
+TOKPOS_API void check_file_writable(const std::string& path, const char* where = "tokpos::check_file_writable");
 
 // One file of write_files_atomically.
 struct FileBytes {
@@ -47,7 +50,7 @@ struct FileBytes {
 };
 
 // write_file_atomically for several files, all or nothing up to the renames:
-// every path is checked first (as check_replaceable_file), every new file is
+// every path is checked first (as check_file_writable), every new file is
 // then written in full to its own temporary and fsynced, and only when all
 // are written are they renamed over their paths, in order. Any failure before
 // the renames (a path in the way, a full disk) removes every temporary file

@@ -68,7 +68,8 @@ TOKPOS_API void cu_seqlens_from_position_ids(const DLTensor* position_ids, const
 // max_bias = 8 these are the paper's values bit for bit; other max_bias follow
 // MPT's gen_slopes and ggml's alibi (the same values: m0^(h+1) and
 // m1^(2(h-c)+1) with m0 = 2^(-max_bias/c), m1 = 2^(-max_bias/(2c))).
-// out.size() >= 1 heads; max_bias finite and > 0.
+// 1 <= out.size() (num_heads) <= kAlibiMaxHeads; max_bias finite and > 0.
+inline constexpr int64_t kAlibiMaxHeads = int64_t{1} << 20;
 TOKPOS_API void alibi_slopes(std::span<double> out, double max_bias = 8.0);
 TOKPOS_API std::vector<double> alibi_slopes(int64_t num_heads, double max_bias = 8.0);
 

@@ -34,6 +34,16 @@ enum class RopeType : int {
 TOKPOS_API RopeType rope_type_from_name(std::string_view name);
 TOKPOS_API const char* rope_type_name(RopeType type) noexcept;
 
+// The type of a Hugging Face rope_scaling / rope_parameters dict, from its
+// "rope_type" and "type" keys (nullopt: the dict lacks that key), as every
+// front end reads it (the CLI's --scaling, Python's scaling=): "rope_type",
+// or "type" (the older spelling) when the dict has no "rope_type"; both
+// present naming different types is Error(kInvalidArgument) naming both
+// values (transformers reads rope_type, older code type: a dict that
+// disagrees with itself is refused, not resolved); neither present is
+// Error(kInvalidArgument). A name is read by rope_type_from_name.
+TOKPOS_API RopeType rope_scaling_type(std::optional<std::string_view> rope_type, std::optional<std::string_view> type);
+
 // The keys of a Hugging Face config's rope_scaling / rope_parameters. An
 // empty optional (an empty vector) is a key the config lacks; a type reads
 // only its own keys and ignores the rest.
@@ -55,8 +65,13 @@ struct RopeFrequencies {
   double attention_factor = 1.0;
 };
 
+// The largest rotary dimension rope_frequencies takes (dim / 2 frequencies).
+inline constexpr int64_t kRopeMaxDim = int64_t{1} << 20;
+
 // Throws Error(kInvalidArgument) naming the key, its value and its limit for
-// an odd or non-positive dim, base or factor NaN, infinite or <= 0, a key the
+// an odd or non-positive dim, a dim above kRopeMaxDim, an attention factor
+// (given or computed) that is 0 or inf as a float32 (outside [2^-149,
+// FLT_MAX]: apply_rope scales float32 cos and sin by it), base or factor NaN, infinite or <= 0, a key the
 // type needs and the scaling lacks, beta_fast <= beta_slow, low_freq_factor
 // >= high_freq_factor, short_factor or long_factor of a length other than
 // dim/2, and seq_len < 0. seq_len (the current sequence length) matters to
@@ -75,7 +90,7 @@ struct RopeApplyOptions {
   // The rotated leading dims of each head: 2 * inv_freq.size(), which any
   // value >= 0 given here must equal; the dims after it are copied. -1: that.
   int64_t rotary_dim = -1;
-  double attention_factor = 1.0;  // multiplies cos and sin; finite and > 0
+  double attention_factor = 1.0;  // multiplies float32 cos and sin; in [2^-149, FLT_MAX]
   bool inverse = false;           // the transposed rotation (the backward)
   const char* where = nullptr;    // names the caller in messages; nullptr: "apply_rope"
 };

@@ -6,6 +6,7 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -34,7 +35,11 @@ struct Tensor {
                           std::string(name) + " has " + std::to_string(a.ndim()) + " dimensions; at most 4 are supported");
     }
     dl.data = const_cast<void*>(static_cast<const void*>(a.data()));
-    dl.device = {static_cast<DLDeviceType>(a.device_type()), static_cast<int32_t>(a.device_id())};
+    // The device type is stored as the integer it is (a newer DLPack's value
+    // may lie outside this header's enum); the core reads it back the same way.
+    const auto device_type = static_cast<int32_t>(a.device_type());
+    std::memcpy(&dl.device.device_type, &device_type, sizeof device_type);
+    dl.device.device_id = static_cast<int32_t>(a.device_id());
     dl.ndim = static_cast<int32_t>(a.ndim());
     const nb::dlpack::dtype t = a.dtype();
     dl.dtype = {t.code, t.bits, t.lanes};

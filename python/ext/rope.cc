@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,17 @@ void bind_rope(nb::module_& m) {
       .def_rw("truncate", &RopeScaling::truncate)
       .def_rw("short_factor", &RopeScaling::short_factor)
       .def_rw("long_factor", &RopeScaling::long_factor);
+
+  // The type of a scaling dict from its "rope_type" and "type" values (None: absent), by the core's rule.
+  m.def(
+      "rope_scaling_type",
+      [](const std::optional<std::string>& rope_type, const std::optional<std::string>& type) {
+        const auto view = [](const std::optional<std::string>& v) {
+          return v ? std::optional<std::string_view>(*v) : std::nullopt;
+        };
+        return std::string(rope_type_name(tokpos::rope_scaling_type(view(rope_type), view(type))));
+      },
+      nb::arg("rope_type").none(), nb::arg("type").none());
 
   // (inv_freq as a list of floats, attention_factor); tokpos/rope.py makes the array.
   m.def(

@@ -49,19 +49,25 @@ def _length(name: str, value) -> int:
     return operator.index(value)
 
 
+def _scaling_type(scaling: dict) -> str:
+    """The type of a scaling dict, by the rule the CLI's --scaling shares (the
+    core's rope_scaling_type): "rope_type", else "type" (the older
+    spelling); both present and different is a ValueError naming both."""
+    names = []
+    for key in ("rope_type", "type"):
+        value = scaling.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"rope_frequencies: scaling[{key!r}] = {value!r} must be a string")
+        names.append(value)
+    return _core.rope_scaling_type(*names)
+
+
 def _scaling(scaling) -> "_core.RopeScaling":
     """A Hugging Face rope_scaling / rope_parameters dict as the core's options."""
     if not isinstance(scaling, dict):
         raise ValueError(f"rope_frequencies: scaling must be a dict or None, got {type(scaling).__name__}")
-    kind = scaling.get("rope_type", scaling.get("type"))
-    if kind is None:
-        raise ValueError("rope_frequencies: scaling has no 'rope_type' (or 'type') key")
-    if kind not in ROPE_TYPES:
-        raise ValueError(
-            f"rope_frequencies: rope type {kind!r} is not one of {', '.join(repr(t) for t in ROPE_TYPES)}"
-        )
     s = _core.RopeScaling()
-    s.type = kind
+    s.type = _scaling_type(scaling)
     for key in _REAL_KEYS:
         if scaling.get(key) is not None:
             setattr(s, key, _real(key, scaling[key]))
@@ -90,7 +96,8 @@ def rope_frequencies(dim: int, *, base: float | None = None, scaling: dict | Non
     base: the rope_theta, 10000.0 unless given here or as scaling's
     "rope_theta" (they must agree when both are given). scaling: a dict
     spelled as a Hugging Face config's rope_scaling or rope_parameters, its
-    type under "rope_type" or "type" (one of ROPE_TYPES), with the keys that
+    type under "rope_type" or "type" (one of ROPE_TYPES; both present must
+    agree, as the CLI's --scaling requires too), with the keys that
     type reads: factor, original_max_position_embeddings,
     max_position_embeddings (config.max_position_embeddings, which
     transformers reads from the config itself, goes in the dict here),

@@ -791,7 +791,7 @@ class RotaryEmbedding(nn.Module):
         self.scaling = None if scaling is None else dict(scaling)
         inv_freq, self.attention_factor = _rope.rope_frequencies(self.dim, base=base, scaling=self.scaling)
         self.base = base
-        self.rope_type = "default" if scaling is None else self.scaling.get("rope_type", self.scaling.get("type"))
+        self.rope_type = "default" if scaling is None else _rope._scaling_type(self.scaling)
         self._inv_freq64 = inv_freq
         self._by_seq_len: dict = {}
         self.register_buffer("inv_freq", torch.from_numpy(inv_freq.copy()), persistent=False)

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 
+#include "capi/buffers.h"
 #include "capi/guard.h"
 #include "common/check.h"
 #include "tokpos/positions.h"
@@ -19,18 +20,7 @@ using tokpos::detail::fail;
 static_assert(static_cast<int>(tokpos::AlibiMode::kCausal) == TOKPOS_ALIBI_CAUSAL);
 static_assert(static_cast<int>(tokpos::AlibiMode::kSymmetric) == TOKPOS_ALIBI_SYMMETRIC);
 
-// count doubles at p: NULL only when count is 0.
-template <typename T>
-std::span<T> doubles(const char* fn, const char* name, T* p, int64_t count) {
-  if (count > 0) {
-    check_not_null(fn, name, p);
-    if (reinterpret_cast<uintptr_t>(p) % alignof(double) != 0) {
-      fail(Status::kInvalidArgument, fn, name, " = ", static_cast<const void*>(p), " is not aligned to ",
-           alignof(double), " bytes");
-    }
-  }
-  return {p, static_cast<size_t>(count)};
-}
+using tokpos::capi::doubles;
 
 }  // namespace
 

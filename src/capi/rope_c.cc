@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "capi/buffers.h"
 #include "capi/guard.h"
 #include "common/check.h"
 #include "tokpos/rope.h"
@@ -18,8 +19,8 @@ std::optional<int64_t> length_key(int64_t v) { return v == 0 ? std::nullopt : st
 
 std::vector<double> factor_list(const char* fn, const char* name, const double* p, int64_t n) {
   if (n < 0) tokpos::detail::fail(tokpos::Status::kInvalidArgument, fn, name, "_len = ", n, " must be >= 0");
-  if (n > 0) tokpos::detail::check_not_null(fn, name, p);
-  return n > 0 ? std::vector<double>(p, p + n) : std::vector<double>{};
+  const std::span<const double> values = tokpos::capi::doubles(fn, name, p, n);
+  return std::vector<double>(values.begin(), values.end());
 }
 
 }  // namespace
@@ -71,8 +72,11 @@ tokpos_status tokpos_rope_frequencies(double* inv_freq, double* attention_factor
     }
     const tokpos::RopeFrequencies r =
         tokpos::rope_frequencies(dim, base, s, seq_len > 0 ? std::optional<int64_t>(seq_len) : std::nullopt);
-    std::copy(r.inv_freq.begin(), r.inv_freq.end(), inv_freq);
-    *attention_factor = r.attention_factor;
+    const std::span<double> out = tokpos::capi::doubles(fn, "inv_freq", inv_freq, static_cast<int64_t>(r.inv_freq.size()));
+    const std::span<double> factor = tokpos::capi::doubles(fn, "attention_factor", attention_factor, 1);
+    tokpos::detail::check_disjoint(fn, "attention_factor", factor, "inv_freq", out);
+    std::copy(r.inv_freq.begin(), r.inv_freq.end(), out.begin());
+    factor[0] = r.attention_factor;
   });
 }
 
@@ -86,7 +90,7 @@ tokpos_status tokpos_op_apply_rope(const DLTensor* out, const DLTensor* x, const
     tokpos::detail::check_not_null(fn, "x", x);
     tokpos::detail::check_not_null(fn, "positions", positions);
     if (n_freq < 0) fail(tokpos::Status::kInvalidArgument, fn, "n_freq = ", n_freq, " must be >= 0");
-    if (n_freq > 0) tokpos::detail::check_not_null(fn, "inv_freq", inv_freq);
+    const std::span<const double> freqs = tokpos::capi::doubles(fn, "inv_freq", inv_freq, n_freq);
     if (layout != TOKPOS_ROPE_HALF && layout != TOKPOS_ROPE_INTERLEAVED) {
       fail(tokpos::Status::kInvalidArgument, fn, "layout = ", static_cast<int>(layout),
            " is not TOKPOS_ROPE_HALF (0) or TOKPOS_ROPE_INTERLEAVED (1)");
@@ -98,7 +102,7 @@ tokpos_status tokpos_op_apply_rope(const DLTensor* out, const DLTensor* x, const
     o.attention_factor = attention_factor;
     o.inverse = inverse == 1;
     o.where = fn;
-    tokpos::ops::apply_rope(*out, *x, *positions, std::span<const double>(inv_freq, static_cast<size_t>(n_freq)), o);
+    tokpos::ops::apply_rope(*out, *x, *positions, freqs, o);
   });
 }
 

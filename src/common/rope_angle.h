@@ -18,6 +18,17 @@ inline constexpr int64_t kRopeMaxPosition = int64_t{1} << 31;
 // |w| at most this: p * w / (2 pi) stays below 2^51 turns, where the
 // reduction to a fraction of a turn is exact.
 inline constexpr double kRopeMaxFrequency = 0x1p20;
+// The attention factor multiplies cos and sin, and the product is a float32:
+// it must be a nonzero finite float32, [2^-149, FLT_MAX] (a larger value is
+// inf there, a smaller one 0).
+inline constexpr double kRopeMinAttentionFactor = 0x1p-149;
+inline constexpr double kRopeMaxAttentionFactor = 0x1.fffffep127;
+inline bool rope_attention_factor_ok(double v) {
+  return v >= kRopeMinAttentionFactor && v <= kRopeMaxAttentionFactor;
+}
+// How messages state that range.
+inline constexpr const char* kRopeAttentionFactorRange =
+    " must be finite and > 0 in float32, where it scales cos and sin: in [2^-149, FLT_MAX = 3.4028234663852886e+38]";
 
 // w / (2 pi) as t0 + t1, |t1| <= ulp(t0) / 2.
 struct RopeTurns {

@@ -137,6 +137,22 @@ void inject_write_failure_for_testing(long long bytes) { g_fail_after.store(byte
 
 namespace {
 
+// The target of `path` (resolve_target), in a directory this process may
+// create the temporary file in; throws otherwise.
+Target writable_target(const char* where, const std::string& path) {
+  Target target = resolve_target(where, path);
+  const std::string dir = dir_prefix(target.path).empty() ? "." : dir_prefix(target.path);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    fail(Status::kIoError, where, "cannot write ", path, ": its directory ", dir, ": ", std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) fail(Status::kIoError, where, "cannot write ", path, ": ", dir, " is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    fail(Status::kIoError, where, "cannot write ", path, ": its directory ", dir, ": ", std::strerror(errno));
+  }
+  return target;
+}
+
 // A complete new file in its temporary, not yet renamed over its path.
 struct Staged {
   std::string path;  // as the caller named it, for messages
@@ -224,7 +240,7 @@ void sync_directory(const char* where, const std::string& path, const Target& ta
 
 }  // namespace
 
-void check_replaceable(const char* where, const std::string& path) { (void)resolve_target(where, path); }
+void check_file_writable(const char* where, const std::string& path) { (void)writable_target(where, path); }
 
 void write_file_atomically(const char* where, const std::string& path,
                            const std::vector<std::pair<const void*, size_t>>& pieces) {
@@ -238,7 +254,7 @@ void write_files_atomically(const char* where, const std::vector<FileContents>& 
   // 1. Every path is checked before any temporary file exists.
   std::vector<Target> targets;
   targets.reserve(files.size());
-  for (const FileContents& f : files) targets.push_back(resolve_target(where, f.path));
+  for (const FileContents& f : files) targets.push_back(writable_target(where, f.path));
   // 2. Every new file is written in full, each to its own temporary.
   std::vector<Staged> staged;
   staged.reserve(files.size());

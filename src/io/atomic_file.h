@@ -23,10 +23,12 @@ namespace tokpos::detail {
 void write_file_atomically(const char* where, const std::string& path,
                            const std::vector<std::pair<const void*, size_t>>& pieces);
 
-// Throws the Error write_file_atomically would throw for what is at `path`
-// (a directory, device, FIFO or socket, a link to nothing or to one of those,
-// an unreadable link) before it writes anything; writes nothing itself.
-void check_replaceable(const char* where, const std::string& path);
+// Throws the Error(kIoError) write_file_atomically would throw for what is at
+// `path` now, before anything is written: an empty path, a directory, device,
+// FIFO or socket, a symbolic link to nothing or to one of those, a link loop,
+// or a directory (the target's) this process cannot create a file in. Writes
+// nothing. The contract in full: include/tokpos/files.h.
+void check_file_writable(const char* where, const std::string& path);
 
 // One file for write_files_atomically: its path and its bytes, in pieces.
 struct FileContents {
@@ -35,7 +37,7 @@ struct FileContents {
 };
 
 // write_file_atomically for several files at once, all or nothing up to the
-// renames: every path is checked first (as check_replaceable), then every
+// renames: every path is checked first (as check_file_writable), then every
 // new file is written in full to its temporary and fsynced, and only when
 // all are written are they renamed over their paths, in order, and the
 // directories fsynced. Any failure before the renames (a path in the way, a

@@ -10,7 +10,7 @@ void write_file_atomically(const std::string& path, std::span<const std::byte> b
   detail::write_file_atomically(where, path, {{bytes.data(), bytes.size()}});
 }
 
-void check_replaceable_file(const std::string& path, const char* where) { detail::check_replaceable(where, path); }
+void check_file_writable(const std::string& path, const char* where) { detail::check_file_writable(where, path); }
 
 void write_files_atomically(std::span<const FileBytes> files, const char* where) {
   std::vector<detail::FileContents> contents;

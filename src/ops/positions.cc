@@ -284,10 +284,22 @@ void cu_seqlens_from_position_ids(const DLTensor* position_ids, const DLTensor* 
   write_index(kWhere, o, values);
 }
 
+namespace {
+
+// num_heads in [1, kAlibiMaxHeads], checked before anything is sized from it.
+void check_heads(const char* where, int64_t num_heads) {
+  detail::check_at_least(where, "num_heads", num_heads, 1);
+  if (num_heads > kAlibiMaxHeads) {
+    fail(Status::kInvalidArgument, where, "num_heads = ", num_heads, " must be <= 2^20 = ", kAlibiMaxHeads);
+  }
+}
+
+}  // namespace
+
 void alibi_slopes(std::span<double> out, double max_bias) {
   constexpr const char* kWhere = "alibi_slopes";
   const auto n = static_cast<int64_t>(out.size());
-  detail::check_at_least(kWhere, "num_heads", n, 1);
+  check_heads(kWhere, n);
   detail::check_positive_finite(kWhere, "max_bias", max_bias);
   int64_t c = 1;
   while (c * 2 <= n) c *= 2;  // the largest power of two <= n
@@ -298,9 +310,8 @@ void alibi_slopes(std::span<double> out, double max_bias) {
 
 std::vector<double> alibi_slopes(int64_t num_heads, double max_bias) {
   constexpr const char* kWhere = "alibi_slopes";
-  detail::check_at_least(kWhere, "num_heads", num_heads, 1);
+  check_heads(kWhere, num_heads);
   detail::check_positive_finite(kWhere, "max_bias", max_bias);
-  detail::checked_mul(kWhere, "num_heads * 8 bytes", num_heads, 2);
   std::vector<double> out(static_cast<size_t>(num_heads));
   alibi_slopes(out, max_bias);
   return out;
@@ -322,10 +333,7 @@ void alibi_bias(std::span<const double> slopes, const DLTensor* q_positions, con
   }
   check_no_overlap(kWhere, o, q);
   check_no_overlap(kWhere, o, k);
-  if (H > 0) {
-    const auto s0 = reinterpret_cast<uintptr_t>(slopes.data()), s1 = s0 + slopes.size_bytes();
-    if (o.numel > 0 && s0 < o.hi && o.lo < s1) fail(Status::kInvalidArgument, kWhere, "out overlaps slopes");
-  }
+  check_no_overlap(kWhere, o, "slopes", slopes.data(), slopes.size_bytes());
   for (int64_t h = 0; h < H; ++h) {
     const double m = slopes[static_cast<size_t>(h)];
     if (!std::isfinite(m)) fail(Status::kInvalidArgument, kWhere, "slopes[", h, "] = ", m, " is not finite");

@@ -48,6 +48,7 @@ void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& position
   }();
   if (!same) detail::check_no_overlap(where, ov, xv);
   detail::check_no_overlap(where, ov, pv);
+  detail::check_no_overlap(where, ov, "inv_freq", inv_freq.data(), inv_freq.size_bytes());
   const int64_t B = batched ? xv.shape[0] : 1, T = xv.shape[batched ? 1 : 0];
   const int64_t H = xv.shape[xv.ndim - 2], D = xv.shape[xv.ndim - 1];
   const auto half = static_cast<int64_t>(inv_freq.size());
@@ -56,8 +57,9 @@ void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& position
     fail(Status::kInvalidArgument, where, "rotary_dim = ", rotary, " must be 2 * len(inv_freq) = ", 2 * half);
   }
   if (rotary > D) fail(Status::kInvalidArgument, where, "rotary_dim = ", rotary, " must be <= the head dim ", D);
-  if (!(o.attention_factor > 0) || !std::isfinite(o.attention_factor)) {
-    fail(Status::kInvalidArgument, where, "attention_factor = ", o.attention_factor, " must be finite and > 0");
+  if (!tokpos::detail::rope_attention_factor_ok(o.attention_factor)) {
+    fail(Status::kInvalidArgument, where, "attention_factor = ", o.attention_factor,
+         tokpos::detail::kRopeAttentionFactorRange);
   }
   for (int64_t i = 0; i < half; ++i) {
     const double w = inv_freq[static_cast<size_t>(i)];

@@ -1,6 +1,7 @@
 #include "ops/tensor.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -11,23 +12,36 @@ namespace {
 
 using tokpos::detail::fail;
 
-const char* device_name(DLDeviceType d) {
-  // DLPack 0.6's device types; later ones print as unknown, with their number.
+// A DLDevice's device_type read as the integer it is: a caller built with a
+// newer DLPack may pass a value this header's enum does not list (16, 17, …),
+// and loading such a value through the enum type is undefined.
+int device_type_of(const DLDevice& d) {
+  static_assert(sizeof(d.device_type) == sizeof(int32_t), "DLPack's DLDeviceType is a 32-bit enum");
+  int32_t v = 0;
+  std::memcpy(&v, &d.device_type, sizeof v);
+  return v;
+}
 
+const char* device_name(int d) {
+  // DLPack's device types up to 1.1 (this header lists those of 0.6, up to 13).
   switch (d) {
-    case kDLCPU: return "kDLCPU";
-    case kDLCUDA: return "kDLCUDA";
-    case kDLCUDAHost: return "kDLCUDAHost";
-    case kDLOpenCL: return "kDLOpenCL";
-    case kDLVulkan: return "kDLVulkan";
-    case kDLMetal: return "kDLMetal";
-    case kDLVPI: return "kDLVPI";
-    case kDLROCM: return "kDLROCM";
-    case kDLROCMHost: return "kDLROCMHost";
-    case kDLExtDev: return "kDLExtDev";
-    case kDLCUDAManaged: return "kDLCUDAManaged";
+    case 1: return "kDLCPU";
+    case 2: return "kDLCUDA";
+    case 3: return "kDLCUDAHost";
+    case 4: return "kDLOpenCL";
+    case 7: return "kDLVulkan";
+    case 8: return "kDLMetal";
+    case 9: return "kDLVPI";
+    case 10: return "kDLROCM";
+    case 11: return "kDLROCMHost";
+    case 12: return "kDLExtDev";
+    case 13: return "kDLCUDAManaged";
+    case 14: return "kDLOneAPI";
+    case 15: return "kDLWebGPU";
+    case 16: return "kDLHexagon";
+    case 17: return "kDLMAIA";
+    default: return "an unknown device type";
   }
-  return "an unknown device type";
 }
 
 std::string dl_dtype_string(DLDataType t) {
@@ -98,9 +112,9 @@ View check_tensor(const char* where, const char* name, const DLTensor* t, Role r
     fail(Status::kNullPointer, where, name, " is NULL");
   }
   v.present = true;
-  if (t->device.device_type != kDLCPU) {
-    fail(Status::kUnimplemented, where, name, " is on device ", device_name(t->device.device_type), " (",
-         static_cast<int>(t->device.device_type), ", id ", t->device.device_id,
+  if (const int device = device_type_of(t->device); device != kDLCPU) {
+    fail(Status::kUnimplemented, where, name, " is on device ", device_name(device), " (", device, ", id ",
+         t->device.device_id,
          "); only kDLCPU (1) is supported");
   }
   DType d{};
@@ -203,6 +217,16 @@ void check_no_overlap(const char* where, const View& a, const View& b) {
     fail(Status::kInvalidArgument, where, a.name, " overlaps ", b.name, " (bytes [",
          reinterpret_cast<const void*>(a.lo), ", ", reinterpret_cast<const void*>(a.hi), ") and [",
          reinterpret_cast<const void*>(b.lo), ", ", reinterpret_cast<const void*>(b.hi), "))");
+}
+
+void check_no_overlap(const char* where, const View& a, const char* b_name, const void* b, size_t b_bytes) {
+  if (!a.present || a.numel == 0 || b_bytes == 0) return;
+  const auto lo = reinterpret_cast<uintptr_t>(b);
+  const uintptr_t hi = lo + b_bytes;
+  if (a.lo < hi && lo < a.hi)
+    fail(Status::kInvalidArgument, where, a.name, " overlaps ", b_name, " (bytes [",
+         reinterpret_cast<const void*>(a.lo), ", ", reinterpret_cast<const void*>(a.hi), ") and [",
+         reinterpret_cast<const void*>(lo), ", ", reinterpret_cast<const void*>(hi), "))");
 }
 
 void check_leading_shape(const char* where, const View& a, const View& b, int n) {

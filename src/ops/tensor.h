@@ -5,6 +5,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
@@ -42,6 +43,10 @@ View check_tensor(const char* where, const char* name, const DLTensor* t, Role r
 
 // Error(kInvalidArgument) if the bytes of a and b intersect (both present).
 void check_no_overlap(const char* where, const View& a, const View& b);
+
+// Error(kInvalidArgument) if the bytes of a and the caller's buffer `b_name`
+// ([b, b + b_bytes), e.g. a span of doubles beside the tensors) intersect.
+void check_no_overlap(const char* where, const View& a, const char* b_name, const void* b, size_t b_bytes);
 
 // Error(kShapeMismatch) unless a.shape[0..n) == b.shape[0..n).
 void check_leading_shape(const char* where, const View& a, const View& b, int n);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/rope_angle.h"
 #include "tokpos/error.h"
 
 namespace tokpos {
@@ -22,6 +23,13 @@ constexpr const char* kNames[] = {"default", "linear", "dynamic", "yarn", "longr
 // A real value that must be finite and > 0.
 double positive(const char* name, double v) {
   if (!(v > 0.0) || !std::isfinite(v)) bad(detail::cat(name, " = ", v, " must be finite and > 0"));
+  return v;
+}
+
+// The attention factor, given or computed: apply_rope multiplies its float32
+// cos and sin by it, so it must be a nonzero finite float32.
+double attention(const char* what, double v) {
+  if (!detail::rope_attention_factor_ok(v)) bad(detail::cat(what, " = ", v, detail::kRopeAttentionFactorRange));
   return v;
 }
 
@@ -93,11 +101,12 @@ RopeFrequencies yarn(int64_t dim, double base, const RopeScaling& s) {
   if (base == 1.0) bad("yarn scaling needs base != 1 (its correction range divides by log(base))");
   RopeFrequencies r;
   if (s.attention_factor) {
-    r.attention_factor = positive("attention_factor", *s.attention_factor);
+    r.attention_factor = attention("attention_factor", *s.attention_factor);
   } else if (s.mscale.value_or(0.0) != 0.0 && s.mscale_all_dim.value_or(0.0) != 0.0) {
-    r.attention_factor = yarn_mscale(factor, *s.mscale) / yarn_mscale(factor, *s.mscale_all_dim);
+    r.attention_factor = attention("the attention factor get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)",
+                                   yarn_mscale(factor, *s.mscale) / yarn_mscale(factor, *s.mscale_all_dim));
   } else {
-    r.attention_factor = yarn_mscale(factor, 1.0);
+    r.attention_factor = attention("the attention factor get_mscale(factor)", yarn_mscale(factor, 1.0));
   }
   // "or" semantics: 0 stands for the default, as in transformers.
   const double beta_fast = s.beta_fast.value_or(0.0) != 0.0 ? positive("beta_fast", *s.beta_fast) : 32.0;
@@ -139,14 +148,15 @@ RopeFrequencies longrope(int64_t dim, double base, const RopeScaling& s, std::op
   const int64_t original = pretrained_length(t, s);
   RopeFrequencies r;
   if (s.attention_factor) {
-    r.attention_factor = positive("attention_factor", *s.attention_factor);
+    r.attention_factor = attention("attention_factor", *s.attention_factor);
   } else {
     const double f = factor_or_ratio(t, s, original);
     if (f > 1.0 && original < 2) {
       bad(detail::cat("original_max_position_embeddings = ", original,
                       " must be >= 2 (the attention factor divides by its log)"));
     }
-    r.attention_factor = f <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(f) / std::log(static_cast<double>(original)));
+    r.attention_factor = attention("the attention factor sqrt(1 + ln(factor) / ln(original_max_position_embeddings))",
+                                   f <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(f) / std::log(static_cast<double>(original))));
   }
   const std::vector<double>& ext = seq_len && *seq_len > original ? s.long_factor : s.short_factor;
   r.inv_freq.resize(static_cast<size_t>(half));
@@ -197,8 +207,20 @@ RopeType rope_type_from_name(std::string_view name) {
   bad(detail::cat("rope type '", name, "' is not one of default, linear, dynamic, yarn, longrope, llama3"));
 }
 
+RopeType rope_scaling_type(std::optional<std::string_view> rope_type, std::optional<std::string_view> type) {
+  if (rope_type && type && *rope_type != *type) {
+    bad(detail::cat("the scaling's 'rope_type' = '", *rope_type, "' and 'type' = '", *type,
+                    "' disagree; give 'rope_type' alone (or the same type in both)"));
+  }
+  if (!rope_type && !type) bad("the scaling has no 'rope_type' (or 'type') key");
+  return rope_type_from_name(rope_type ? *rope_type : *type);
+}
+
 RopeFrequencies rope_frequencies(int64_t dim, double base, const RopeScaling& s, std::optional<int64_t> seq_len) {
   if (dim < 2 || dim % 2 != 0) bad(detail::cat("dim = ", dim, " must be even and >= 2"));
+  if (dim > kRopeMaxDim) {
+    bad(detail::cat("dim = ", dim, " must be <= 2^20 = ", kRopeMaxDim, " (the largest rotary dimension)"));
+  }
   positive("base", base);
   if (seq_len && *seq_len < 0) bad(detail::cat("seq_len = ", *seq_len, " must be >= 0"));
   RopeFrequencies r;

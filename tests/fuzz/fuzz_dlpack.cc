@@ -1,8 +1,9 @@
 // Random DLTensors into tokpos_op_compose_forward and tokpos_op_compose_backward:
 // fuzzer-chosen dtype codes, bits and lanes, ndim, shapes (negative, huge,
-// overflowing), strides (0, padded, negative, huge), byte offsets, devices,
-// NULL data, ids and position values, start, and placements inside one
-// shared 64 KiB arena, so outputs may overlap inputs or each other.
+// overflowing), strides (0, padded, negative, huge), byte offsets, devices
+// (any int32, DLPack 1.x's 14..17 among them), NULL data, ids and position
+// values, start, and placements inside one shared 64 KiB arena, so outputs
+// may overlap inputs or each other.
 //
 // The library cannot know how large a caller's buffer is, only what shapes
 // and strides claim. So the harness passes a tensor only if either
@@ -60,6 +61,13 @@ using tokpos::testing::to_f16;
 enum Role { kOut, kIds, kTok, kPos, kPids, kDout, kGtok, kGpos, kRoles };
 const char* const kRoleName[kRoles] = {"out", "ids", "token_table", "pos_table", "position_ids",
                                        "d_out", "d_token_table", "d_pos_table"};
+// A DLTensor's device type as the integer it holds (it may lie outside the enum).
+int32_t device_type_of(const DLTensor& t) {
+  int32_t v;
+  std::memcpy(&v, &t.device.device_type, sizeof v);
+  return v;
+}
+
 bool index_role(Role r) { return r == kIds || r == kPids; }
 bool output_role(Role r) { return r == kOut || r == kGtok || r == kGpos; }
 bool f32_only_role(Role r) { return r == kDout || r == kGtok || r == kGpos; }
@@ -120,7 +128,7 @@ void classify(Tensor& x, const unsigned char* arena) {
     if (!x.refuse) x.why = why;
     x.refuse = true;
   };
-  if (t.device.device_type != kDLCPU) refuse("device");
+  if (device_type_of(t) != kDLCPU) refuse("device");
   x.elem = elem_for(x.role, t.dtype);
   x.es = x.elem == kNone ? 0 : elem_size(x.elem);
   if (x.elem == kNone) refuse("dtype");
@@ -292,10 +300,14 @@ void generate(FuzzedDataProvider& f, Tensor& x, Role role, const std::vector<int
   } else {
     t.dtype = valid_type(f, role);
   }
-  // device (the enum's range is 0..15)
+  // device: any int32, stored as bytes (a newer DLPack's types, 14 and up,
+  // lie past this header's enum, whose values end at 13)
   t.device = DLDevice{kDLCPU, 0};
-  if (f.ConsumeIntegralInRange<int>(0, 31) == 31)
-    t.device = DLDevice{static_cast<DLDeviceType>(f.ConsumeIntegralInRange<int>(0, 15)), f.ConsumeIntegralInRange<int>(-1, 3)};
+  if (f.ConsumeIntegralInRange<int>(0, 31) == 31) {
+    const int32_t type = f.ConsumeBool() ? f.ConsumeIntegralInRange<int32_t>(0, 31) : f.ConsumeIntegral<int32_t>();
+    std::memcpy(&t.device.device_type, &type, sizeof type);
+    t.device.device_id = f.ConsumeIntegralInRange<int>(-1, 3);
+  }
   // shape
   int ndim = static_cast<int>(canon.size());
   if (f.ConsumeIntegralInRange<int>(0, 23) == 23) ndim = f.ConsumeIntegralInRange<int>(-1, 6);
