@@ -316,18 +316,25 @@ ApiAnswer api_embed(const Params& params) {
       }
     }
 
-    EmbeddingComposer composer(TokenEmbedding({.vocab_size = V, .dim = t.dim, .seed = t.seed}), make_positions(t));
-    const std::vector<float> token_rows = composer.token().forward(ids, 1, T);
-    const std::vector<float> position_rows = composer.position().forward(T, 0);
-    const std::vector<float> sum = composer.forward(ids, 1, T);
+    // The tables are freed before the answer is written.
+    std::vector<float> token_rows, position_rows, sum;
+    int64_t token_parameters = 0, position_parameters = 0;
+    {
+      EmbeddingComposer composer(TokenEmbedding({.vocab_size = V, .dim = t.dim, .seed = t.seed}), make_positions(t));
+      token_rows = composer.token().forward(ids, 1, T);
+      position_rows = composer.position().forward(T, 0);
+      sum = composer.forward(ids, 1, T);
+      token_parameters = static_cast<int64_t>(composer.token().num_parameters());
+      position_parameters = static_cast<int64_t>(composer.position().num_parameters());
+    }
 
     JsonText j;
     j.open_object();
     write_config(j, t, &V);
     j.key("ids").integers(ids);
     j.key("parameters").open_object();
-    j.key("position").integer(static_cast<int64_t>(composer.position().num_parameters()));
-    j.key("token").integer(static_cast<int64_t>(composer.token().num_parameters()));
+    j.key("position").integer(position_parameters);
+    j.key("token").integer(token_parameters);
     j.close_object();
     j.key("position_rows");
     write_rows<float>(j, position_rows, T, t.dim);
