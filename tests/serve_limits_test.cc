@@ -240,6 +240,18 @@ TEST(ServeLimits, SixtyFourHeaderLinesPassAndSixtyFiveAre431NamingTheCount) {
     EXPECT_NE(error.find("has " + std::to_string(lines) + " header lines"), std::string::npos) << error;
     EXPECT_NE(error.find("limit of 64"), std::string::npos) << error;
   }
+  // Few lines but a head over 64 KiB in all: 431 too, the rest never read.
+  {
+    const int fd = connect_to(s.port());
+    std::string r = "GET /api/wavelengths HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    for (int i = 0; i < 9; ++i) r += "X-Big-" + std::to_string(i) + ": " + std::string(8000, 'b') + "\r\n";
+    ASSERT_TRUE(send_all(fd, r));
+    const std::string got = read_until(fd, "}", 5000);
+    close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 431", 0), 0u) << got.substr(0, 300);
+    EXPECT_NE(body_of(got).find("65536"), std::string::npos) << got;
+  }
+  EXPECT_EQ(client_of(s).Get("/api/wavelengths")->status, 200);
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 

@@ -137,6 +137,7 @@ struct Connection {
   bool close_after = false;      // close once this request is answered
   size_t header_lines = 0;       // the client's header lines in this request
   bool too_many_headers = false; // over kMaxHeaders lines, or kMaxHeadBytes in all: 431
+  bool head_complete = true;     // false: kMaxHeadBytes came without the end of the head
   size_t requests = 0;           // answered on this connection
   size_t drained = 0;
 };
@@ -170,6 +171,7 @@ void prepare_head(Connection& c, std::string_view in, bool complete) {
   c.head_read = 0;
   c.header_lines = 0;
   c.too_many_headers = !complete;
+  c.head_complete = complete;
   c.close_after = !complete;
   const auto cut = [&](std::string_view line) {
     c.head.append(line.substr(0, kMaxLineBytes + 1));
@@ -661,7 +663,8 @@ void configure(httplib::Server& svr, const ServeOptions& options) {
       res.status = 431;
       const std::string limit = " over the limit of " + std::to_string(kMaxHeaders);
       res.set_content(error_body(c->header_lines > kMaxHeaders
-                                     ? "the request has " + std::to_string(c->header_lines) + " header lines," + limit
+                                     ? "the request has " + std::string(c->head_complete ? "" : "more than ") +
+                                           std::to_string(c->header_lines) + " header lines," + limit
                                      : "the request head is over " + std::to_string(kMaxHeadBytes) +
                                            " bytes without its end (at most " + std::to_string(kMaxHeaders) +
                                            " header lines of at most " + std::to_string(kMaxLineBytes) +
