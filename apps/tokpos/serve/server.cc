@@ -29,7 +29,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <iterator>
 #include <memory>
 #include <mutex>
@@ -124,9 +123,20 @@ void method_not_allowed(const httplib::Request& req, httplib::Response& res) {
 // The front layer.
 
 // One client connection. Its bytes are read by the Gate's reading thread
-// until a request head is complete; a worker then serves that request.
+// until a request head is complete; a worker then serves that request. It
+// is in one place at a time (the reading thread, the queue, a worker), and
+// closed when it is destroyed.
 struct Connection {
-  int fd = -1;
+  Connection(int socket, std::atomic<size_t>& open) : fd(socket), open_count(open) { ++open_count; }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection() {
+    ::close(fd);
+    --open_count;
+  }
+
+  const int fd;
+  std::atomic<size_t>& open_count;
   std::string buffer;            // bytes read and not yet used (the start of the next request)
   std::string head;              // the request head as httplib reads it (see prepare_head)
   size_t head_read = 0;          // how much of head httplib has read
@@ -344,7 +354,7 @@ class Gate {
   std::mutex mutex_;
   std::condition_variable ready_cv_;
   std::vector<std::unique_ptr<Connection>> incoming_;  // for the reading thread
-  std::deque<std::unique_ptr<Connection>> ready_;      // heads complete, for the workers
+  std::vector<std::unique_ptr<Connection>> ready_;     // heads complete, for the workers, oldest first
   std::thread reader_;
   std::vector<std::thread> workers_;
   bool joined_ = false;
@@ -379,6 +389,9 @@ class InPlaceQueue : public httplib::TaskQueue {
 };
 
 Gate::Gate(Server& server, size_t threads, milliseconds deadline) : server_(server), deadline_(deadline) {
+  // Room for every connection in each list: moving one never allocates.
+  incoming_.reserve(kMaxConnections);
+  ready_.reserve(kMaxConnections);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   reader_ = std::thread([this] { read_loop(); });
@@ -391,22 +404,25 @@ void Gate::admit(int fd) {
     return;
   }
   if (open_.load() >= kMaxConnections) {
-    send_plain(fd, 503, "Service Unavailable",
-               "the server has " + std::to_string(kMaxConnections) + " connections open, its limit: try again");
+    try {
+      send_plain(fd, 503, "Service Unavailable",
+                 "the server has " + std::to_string(kMaxConnections) + " connections open, its limit: try again");
+    } catch (...) {
+    }
     ::shutdown(fd, SHUT_RDWR);
     ::close(fd);
     return;
   }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  std::unique_ptr<Connection> c;
   try {
-    auto c = std::make_unique<Connection>();
-    c->fd = fd;
-    ++open_;
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    c->deadline = Clock::now() + kKeepAlive;
-    give_back(std::move(c));
+    c = std::make_unique<Connection>(fd, open_);
   } catch (...) {
     ::close(fd);
+    return;
   }
+  c->deadline = Clock::now() + kKeepAlive;
+  give_back(std::move(c));
 }
 
 void Gate::give_back(std::unique_ptr<Connection> c) {
@@ -417,10 +433,7 @@ void Gate::give_back(std::unique_ptr<Connection> c) {
   wake();
 }
 
-void Gate::close_now(std::unique_ptr<Connection> c) {
-  ::close(c->fd);
-  --open_;
-}
+void Gate::close_now(std::unique_ptr<Connection> c) { c.reset(); }
 
 void Gate::close_gracefully(std::unique_ptr<Connection> c) {
   if (stopping_) return close_now(std::move(c));
@@ -454,11 +467,7 @@ void Gate::stop_and_join() {
   joined_ = true;
   if (reader_.joinable()) reader_.join();
   for (auto& w : workers_) w.join();
-  for (auto* list : {&incoming_}) {
-    for (auto& c : *list) close_now(std::move(c));
-    list->clear();
-  }
-  for (auto& c : ready_) close_now(std::move(c));
+  incoming_.clear();
   ready_.clear();
   ::close(wake_fd_);
   ::close(stop_fd_);
@@ -486,6 +495,8 @@ bool Gate::read_some(Connection& c, std::unique_ptr<Connection>& owner) {
 void Gate::read_loop() {
   std::vector<std::unique_ptr<Connection>> conns;
   std::vector<pollfd> fds;
+  conns.reserve(kMaxConnections);
+  fds.reserve(kMaxConnections + 1);
   while (!stopping_) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -496,9 +507,14 @@ void Gate::read_loop() {
     auto next = now + milliseconds(1000);
     fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
     for (auto& c : conns) {
-      // A kept-alive connection may come back with the next head already read.
-      if (!c->draining && !c->buffer.empty() && take_head(*c)) {
-        enqueue(std::move(c));
+      try {
+        // A kept-alive connection may come back with the next head already read.
+        if (!c->draining && !c->buffer.empty() && take_head(*c)) {
+          enqueue(std::move(c));
+          continue;
+        }
+      } catch (...) {
+        c.reset();  // no memory for its head: closed
         continue;
       }
       next = std::min(next, c->deadline);
@@ -517,23 +533,23 @@ void Gate::read_loop() {
       bool keep = true;
       try {
         if (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) keep = read_some(*c, c);
-      } catch (...) {
-        keep = false;  // out of memory for this connection's bytes
-      }
-      if (!c) continue;  // its head went to a worker
-      if (keep && after >= c->deadline) {
-        if (c->started && !c->draining) {
-          send_plain(c->fd, 408, "Request Timeout",
-                     "the request head did not arrive within the deadline of " + std::to_string(deadline_.count()) +
-                         " ms");
+        if (!c) continue;  // its head went to a worker
+        if (keep && after >= c->deadline) {
+          if (c->started && !c->draining) {
+            send_plain(c->fd, 408, "Request Timeout",
+                       "the request head did not arrive within the deadline of " + std::to_string(deadline_.count()) +
+                           " ms");
+          }
+          keep = false;
         }
-        keep = false;
+      } catch (...) {
+        keep = false;  // no memory for this connection's bytes: closed
       }
-      if (!keep) close_now(std::move(c));
+      if (!keep) c.reset();
     }
     std::erase(conns, nullptr);
   }
-  for (auto& c : conns) close_now(std::move(c));
+  conns.clear();
 }
 
 void Gate::work_loop() {
@@ -544,9 +560,14 @@ void Gate::work_loop() {
       ready_cv_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
       if (stopping_) return;
       c = std::move(ready_.front());
-      ready_.pop_front();
+      ready_.erase(ready_.begin());
     }
-    serve(std::move(c));
+    try {
+      serve(std::move(c));
+    } catch (...) {
+      // Out of memory outside the request itself: the connection is closed
+      // (its destructor), the worker goes on.
+    }
   }
 }
 
@@ -767,8 +788,6 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err)
     bound = svr.bind_to_port(options.host, port);
   }
   if (bound) svr.set_listen_backlog(kListenBacklog);
-  Gate gate(svr, static_cast<size_t>(options.threads), deadline);
-  svr.set_gate(&gate);
   if (!bound) {
     const int e = errno;
     err << "tokpos serve: error: cannot listen on " << options.host << " port " << options.port;
@@ -776,6 +795,8 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err)
     err << "\n";
     return 1;
   }
+  Gate gate(svr, static_cast<size_t>(options.threads), deadline);
+  svr.set_gate(&gate);
 
   std::atomic<bool> listening_done{false};
   std::atomic<int> stopped_by{0};
