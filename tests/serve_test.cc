@@ -34,137 +34,17 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "serve_process.h"
 #include "tokpos/diagnostics.h"
 #include "tokpos/tokpos.h"
 
 namespace {
 
+using serve_test::read_until;
+using serve_test::ServerProcess;
 using json = nlohmann::json;
 // Parses numbers as float (strtof), so each table value reads back exactly.
 using float_json = nlohmann::basic_json<std::map, std::vector, std::string, bool, std::int64_t, std::uint64_t, float>;
-
-// Reads whatever is in fd until `until` is found or timeout_ms passes.
-std::string read_until(int fd, const std::string& until, int timeout_ms) {
-  std::string got;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (got.find(until) == std::string::npos) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-    char buf[4096];
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
-  return got;
-}
-
-// `tokpos serve --port 0 ...` as a child process, with its stdout and stderr.
-class ServerProcess {
- public:
-  explicit ServerProcess(std::vector<std::string> extra = {}) {
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      std::vector<std::string> args = {TOKPOS_CLI, "serve"};
-      if (std::find(extra.begin(), extra.end(), "--port") == extra.end()) extra.insert(extra.begin(), {"--port", "0"});
-      args.insert(args.end(), extra.begin(), extra.end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(TOKPOS_CLI, argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    close(err[1]);
-    out_fd_ = out[0];
-    err_fd_ = err[0];
-    // "tokpos serve: listening on http://HOST:PORT/"
-    stdout_ = read_until(out_fd_, "/\n", 20000);
-    const auto at = stdout_.find("listening on http://");
-    if (at == std::string::npos) return;
-    const auto colon = stdout_.rfind(':', stdout_.find("/\n"));
-    port_ = std::atoi(stdout_.c_str() + colon + 1);
-    url_ = stdout_.substr(at + 13, stdout_.find("/\n") - at - 12);
-  }
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
-  ~ServerProcess() {
-    if (pid_ > 0 && !exited_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_fd_ >= 0) close(out_fd_);
-    if (err_fd_ >= 0) close(err_fd_);
-  }
-
-  int port() const { return port_; }
-  const std::string& url() const { return url_; }
-
-  // Polls until the API answers (the socket already accepts once the URL is printed).
-  bool wait_ready() const {
-    if (port_ <= 0) return false;
-    httplib::Client cli("127.0.0.1", port_);
-    cli.set_connection_timeout(2, 0);
-    for (int i = 0; i < 200; ++i) {
-      auto res = cli.Get("/api/wavelengths");
-      if (res && res->status == 200) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-
-  // Sends sig and waits (up to 20 s) for the exit; the exit status, or -1
-  // if it did not exit by itself (it is then killed).
-  int stop(int sig) {
-    if (pid_ <= 0) return -1;
-    kill(pid_, sig);
-    int st = 0;
-    for (int i = 0; i < 2000; ++i) {
-      const pid_t r = waitpid(pid_, &st, WNOHANG);
-      if (r == pid_) {
-        exited_ = true;
-        stdout_ += read_until(out_fd_, "\x01", 200);
-        stderr_ += read_until(err_fd_, "\x01", 200);
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
-  }
-
-  // Waits for the process to exit by itself (up to 20 s): its status, or -1.
-  int wait_exit() {
-    int st = 0;
-    for (int i = 0; i < 2000; ++i) {
-      if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        exited_ = true;
-        stderr_ += read_until(err_fd_, "\x01", 200);
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
-  }
-
-  const std::string& out() const { return stdout_; }
-  // stderr so far (reads what is there now).
-  const std::string& err() {
-    stderr_ += read_until(err_fd_, "\x01", 300);
-    return stderr_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int out_fd_ = -1, err_fd_ = -1;
-  int port_ = 0;
-  bool exited_ = false;
-  std::string url_, stdout_, stderr_;
-};
 
 std::string percent_encode(const std::string& s) {
   std::string out;

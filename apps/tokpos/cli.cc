@@ -176,7 +176,7 @@ void configure_cli(CLI::App& app, Commands& c) {
   c.serve_cmd->add_option("--port", serve.port, "TCP port (0: any free port, printed when ready)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  c.serve_cmd->add_option("--threads", serve.threads, "Connections served at once")
+  c.serve_cmd->add_option("--threads", serve.threads, "Requests served at once (worker threads)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
 }

@@ -5,8 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <iterator>
+#include <limits>
 #include <memory>
+#include <numbers>
+#include <stdexcept>
 #include <string>
+#include <span>
 #include <string_view>
 #include <system_error>
 #include <vector>
@@ -28,9 +32,91 @@ namespace tokpos::serve {
 namespace {
 
 using json = nlohmann::json;
-// JSON whose floating-point numbers are float: each table value is written
-// with the fewest digits that read back as exactly that float.
-using float_json = nlohmann::basic_json<std::map, std::vector, std::string, bool, std::int64_t, std::uint64_t, float>;
+
+// An answer's JSON text, written straight into one string. No tree of JSON
+// values is built: a tree's destructor allocates (nlohmann flattens it onto
+// a heap stack), so one that unwinds after an allocation failure would throw
+// again and end the process. Here an allocation failure unwinds through
+// strings and vectors only, and the request gets a 500.
+class JsonText {
+ public:
+  JsonText& open_object() { return open('{'); }
+  JsonText& close_object() { return close('}'); }
+  JsonText& open_array() { return open('['); }
+  JsonText& close_array() { return close(']'); }
+
+  JsonText& key(std::string_view name) {
+    string(name);
+    out_ += ':';
+    comma_ = false;
+    return *this;
+  }
+  // Text as a JSON string; invalid UTF-8 becomes U+FFFD. A string value holds
+  // no children, so its destructor does not allocate.
+  JsonText& string(std::string_view s) {
+    separate();
+    out_ += json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+    return *this;
+  }
+  JsonText& integer(int64_t v) { return chars(v); }
+  JsonText& integer(uint64_t v) { return chars(v); }
+  JsonText& null() {
+    separate();
+    out_ += "null";
+    return *this;
+  }
+  // The fewest digits that read back as exactly v (float: as that float).
+  // An answer never holds a non-finite number: that is an internal error.
+  template <class F>
+  JsonText& number(F v) {
+    if (!std::isfinite(v)) throw std::domain_error("a non-finite number in an answer");
+    const size_t at = out_.size();
+    chars(v);
+    if (out_.find_first_of(".e", at) == std::string::npos) out_ += ".0";  // 1.0, not 1: still a real
+    return *this;
+  }
+  template <class F>
+  JsonText& numbers(std::span<const F> values) {
+    open_array();
+    for (const F v : values) number(v);
+    return close_array();
+  }
+  JsonText& integers(std::span<const int64_t> values) {
+    open_array();
+    for (const int64_t v : values) integer(v);
+    return close_array();
+  }
+
+  std::string take() { return std::move(out_); }
+
+ private:
+  void separate() {
+    if (comma_) out_ += ',';
+    comma_ = true;
+  }
+  JsonText& open(char c) {
+    separate();
+    out_ += c;
+    comma_ = false;
+    return *this;
+  }
+  JsonText& close(char c) {
+    out_ += c;
+    comma_ = true;
+    return *this;
+  }
+  template <class T>
+  JsonText& chars(T v) {
+    separate();
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out_.append(buf, r.ptr);
+    return *this;
+  }
+
+  std::string out_;
+  bool comma_ = false;
+};
 
 // Bad input, answered with 400 and {"error": message, "parameter": name}.
 struct BadInput {
@@ -46,8 +132,6 @@ struct BadInput {
 std::string shown(const std::string& s) {
   return "'" + (s.size() > 64 ? s.substr(0, 64) + "..." : s) + "'";
 }
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // The value of a parameter given at most once, or nullptr when absent.
 const std::string* find(const Params& params, const char* name) {
@@ -150,10 +234,17 @@ TableParams get_table_params(const Params& params) {
   return t;
 }
 
-json config_json(const TableParams& t) {
-  return {{"dim", t.dim},           {"context", t.context},
-          {"base", t.base},         {"layout", layout_name(t.layout)},
-          {"positions", t.learned ? "learned" : "sinusoidal"}, {"seed", t.seed}};
+// The "config" member: the parameters used, defaults filled in (keys sorted).
+void write_config(JsonText& j, const TableParams& t, const int64_t* vocab = nullptr) {
+  j.key("config").open_object();
+  j.key("base").number(t.base);
+  j.key("context").integer(t.context);
+  j.key("dim").integer(t.dim);
+  j.key("layout").string(layout_name(t.layout));
+  j.key("positions").string(t.learned ? "learned" : "sinusoidal");
+  j.key("seed").integer(t.seed);
+  if (vocab) j.key("vocab").integer(*vocab);
+  j.close_object();
 }
 
 std::unique_ptr<PositionalEmbedding> make_positions(const TableParams& t) {
@@ -165,24 +256,12 @@ std::unique_ptr<PositionalEmbedding> make_positions(const TableParams& t) {
       SinusoidalOptions{.max_context = t.context, .dim = t.dim, .base = t.base, .layout = t.layout});
 }
 
-// (T, D) values as T arrays of D floats.
-float_json rows(const std::vector<float>& values, int64_t T, int64_t D) {
-  float_json out = float_json::array();
-  for (int64_t t = 0; t < T; ++t) {
-    const auto first = values.begin() + t * D;
-    out.push_back(float_json(std::vector<float>(first, first + D)));
-  }
-  return out;
-}
-
-// Two JSON objects with distinct keys as one object's text.
-std::string merged(const json& a, const float_json& b) {
-  std::string x = dump(a);
-  const std::string y = b.dump(-1, ' ', false, float_json::error_handler_t::replace);
-  if (x.size() <= 2) return y;
-  if (y.size() <= 2) return x;
-  x.pop_back();  // '}'
-  return x + "," + y.substr(1);
+// (T, D) values as T arrays of D numbers.
+template <class F>
+void write_rows(JsonText& j, std::span<const F> values, int64_t T, int64_t D) {
+  j.open_array();
+  for (int64_t t = 0; t < T; ++t) j.numbers(values.subspan(static_cast<size_t>(t * D), static_cast<size_t>(D)));
+  j.close_array();
 }
 
 template <class Fn>
@@ -190,7 +269,9 @@ ApiAnswer answer(Fn&& fn) {
   try {
     return {200, fn()};
   } catch (const BadInput& e) {
-    return {400, dump({{"error", e.message}, {"parameter", e.parameter}})};
+    JsonText j;
+    j.open_object().key("error").string(e.message).key("parameter").string(e.parameter).close_object();
+    return {400, j.take()};
   }
 }
 
@@ -235,21 +316,35 @@ ApiAnswer api_embed(const Params& params) {
       }
     }
 
-    EmbeddingComposer composer(TokenEmbedding({.vocab_size = V, .dim = t.dim, .seed = t.seed}), make_positions(t));
-    const std::vector<float> token_rows = composer.token().forward(ids, 1, T);
-    const std::vector<float> position_rows = composer.position().forward(T, 0);
-    const std::vector<float> sum = composer.forward(ids, 1, T);
+    // The tables are freed before the answer is written.
+    std::vector<float> token_rows, position_rows, sum;
+    int64_t token_parameters = 0, position_parameters = 0;
+    {
+      EmbeddingComposer composer(TokenEmbedding({.vocab_size = V, .dim = t.dim, .seed = t.seed}), make_positions(t));
+      token_rows = composer.token().forward(ids, 1, T);
+      position_rows = composer.position().forward(T, 0);
+      sum = composer.forward(ids, 1, T);
+      token_parameters = static_cast<int64_t>(composer.token().num_parameters());
+      position_parameters = static_cast<int64_t>(composer.position().num_parameters());
+    }
 
-    json meta = {{"ids", ids},
-                 {"shape", {1, T, t.dim}},
-                 {"parameters",
-                  {{"token", composer.token().num_parameters()}, {"position", composer.position().num_parameters()}}},
-                 {"config", config_json(t)}};
-    meta["config"]["vocab"] = V;
-    float_json tables = {{"token_rows", rows(token_rows, T, t.dim)},
-                         {"position_rows", rows(position_rows, T, t.dim)},
-                         {"sum", rows(sum, T, t.dim)}};
-    return merged(meta, tables);
+    JsonText j;
+    j.open_object();
+    write_config(j, t, &V);
+    j.key("ids").integers(ids);
+    j.key("parameters").open_object();
+    j.key("position").integer(position_parameters);
+    j.key("token").integer(token_parameters);
+    j.close_object();
+    j.key("position_rows");
+    write_rows<float>(j, position_rows, T, t.dim);
+    j.key("shape").open_array().integer(int64_t{1}).integer(T).integer(t.dim).close_array();
+    j.key("sum");
+    write_rows<float>(j, sum, T, t.dim);
+    j.key("token_rows");
+    write_rows<float>(j, token_rows, T, t.dim);
+    j.close_object();
+    return j.take();
   });
 }
 
@@ -278,29 +373,32 @@ ApiAnswer api_similarity(const Params& params) {
     std::vector<int64_t> offsets(by_offset.size());
     for (size_t k = 0; k < offsets.size(); ++k) offsets[k] = static_cast<int64_t>(k);
 
-    json out = {{"config", config_json(t)},
-                {"adjacent", adjacent_cosine(table, L, D)},
-                {"by_offset", {{"offsets", offsets}, {"mean_cosine", by_offset}}}};
+    const std::vector<double> adjacent = adjacent_cosine(table, L, D);
+    JsonText j;
+    j.open_object();
+    j.key("adjacent").numbers<double>(adjacent);
+    j.key("by_offset").open_object();
+    j.key("mean_cosine").numbers<double>(by_offset);
+    j.key("offsets").integers(offsets);
+    j.close_object();
+    write_config(j, t);
     if (L <= kMaxMatrixContext && L * L * D <= kMaxMatrixWork) {
       const std::vector<double> m = cosine_matrix(table, L, D);
-      json matrix = json::array();
-      for (int64_t p = 0; p < L; ++p) {
-        const auto first = m.begin() + p * L;
-        matrix.push_back(std::vector<double>(first, first + L));
-      }
-      out["matrix"] = std::move(matrix);
-      out["matrix_omitted"] = nullptr;
+      j.key("matrix");
+      write_rows<double>(j, m, L, L);
+      j.key("matrix_omitted").null();
     } else {
-      out["matrix"] = nullptr;
-      out["matrix_omitted"] =
+      j.key("matrix").null();
+      j.key("matrix_omitted").string(
           L > kMaxMatrixContext
               ? "context = " + std::to_string(L) + " is over " + std::to_string(kMaxMatrixContext) +
                     ": the L x L matrix is sent for context <= " + std::to_string(kMaxMatrixContext) + " only"
               : "context*context*dim = " + std::to_string(L) + "*" + std::to_string(L) + "*" + std::to_string(D) +
                     " = " + std::to_string(L * L * D) + " is over the cap of " + std::to_string(kMaxMatrixWork) +
-                    " for the L x L matrix";
+                    " for the L x L matrix");
     }
-    return dump(out);
+    j.close_object();
+    return j.take();
   });
 }
 
@@ -309,15 +407,42 @@ ApiAnswer api_wavelengths(const Params& params) {
     const int64_t D = get_int(params, "dim", 64, kMinDim, kMaxDim);
     const double base = get_base(params);
     const std::vector<double> w = sinusoidal_wavelengths(D, base);
-    json bands = json::array();
-    for (const WavelengthBand& b : wavelength_bands(w)) {
-      bands.push_back({{"lower", b.lower},
-                       {"upper", b.upper},
-                       {"pairs", b.pairs},
-                       {"first_pair", b.first_pair},
-                       {"last_pair", b.last_pair}});
+    const std::vector<WavelengthBand> bands = wavelength_bands(w);
+    // The longest wavelength, 2*pi*base^(2K/D) with K = ceil(D/2) - 1, and
+    // the decade above it must be finite doubles: a large base with a large
+    // dim overflows them (no other endpoint has a quantity that grows with base).
+    const bool finite = std::all_of(w.begin(), w.end(), [](double x) { return std::isfinite(x); }) &&
+                        std::all_of(bands.begin(), bands.end(), [](const WavelengthBand& b) {
+                          return std::isfinite(b.lower) && std::isfinite(b.upper);
+                        });
+    if (!finite) {
+      const int64_t K = static_cast<int64_t>(w.size()) - 1;  // >= 1 here: for K = 0 the wavelength is 2*pi
+      const double limit = std::pow(1e308 / (2.0 * std::numbers::pi), static_cast<double>(D) / static_cast<double>(2 * K));
+      char shown_limit[32];
+      std::snprintf(shown_limit, sizeof shown_limit, "%.6g", limit);
+      const std::string* given = find(params, "base");
+      bad("base", "base = " + (given ? shown(*given) : std::string("10000")) + " makes the wavelength of pair " + std::to_string(K) +
+                      ", 2*pi*base^(2*" + std::to_string(K) + "/" + std::to_string(D) +
+                      "), or its decade's upper bound overflow a double: with dim = " + std::to_string(D) +
+                      " base must be finite and at most about " + shown_limit);
     }
-    return dump({{"config", {{"dim", D}, {"base", base}}}, {"wavelengths", w}, {"bands", bands}});
+    JsonText j;
+    j.open_object();
+    j.key("bands").open_array();
+    for (const WavelengthBand& b : bands) {
+      j.open_object();
+      j.key("first_pair").integer(b.first_pair);
+      j.key("last_pair").integer(b.last_pair);
+      j.key("lower").number(b.lower);
+      j.key("pairs").integer(b.pairs);
+      j.key("upper").number(b.upper);
+      j.close_object();
+    }
+    j.close_array();
+    j.key("config").open_object().key("base").number(base).key("dim").integer(D).close_object();
+    j.key("wavelengths").numbers<double>(w);
+    j.close_object();
+    return j.take();
   });
 }
 

@@ -14,7 +14,7 @@ namespace tokpos::serve {
 struct ServeOptions {
   std::string host = "127.0.0.1";  // the address to bind; anything not loopback is warned about
   int port = 8765;                 // 0: any free port (printed when ready)
-  int threads = 16;                // connections served at once (one thread each)
+  int threads = 16;                // requests served at once (one worker thread each)
 };
 
 // The request limits and work caps, as docs/serve.md states them.
