@@ -91,11 +91,11 @@ def _is_int64(v) -> bool:
 def index_sequence(x, name: str, *, allow_bool: bool = False) -> np.ndarray:
     """A Python integer or a (nested) list or tuple of them as a new int64
     array, for an argument that holds indices (ids, positions, lengths).
-    Values are never rounded or wrapped: a float (1.9, and 1.0 too), a bool
+    Values are never rounded or wrapped: a float (1.9, and 1.0 too), bools
     (unless allow_bool: a mask), a value outside int64 or anything else
-    raises ValueError naming the argument, the value and where it is, as
-    numpy refuses float index arrays. An empty sequence is an empty int64
-    array."""
+    raises ValueError naming the argument, the first such value and where it
+    is, as numpy refuses float index arrays. An empty sequence is an empty
+    int64 array."""
     try:
         a = np.asarray(x)
     except (ValueError, TypeError, OverflowError) as e:
@@ -107,13 +107,11 @@ def index_sequence(x, name: str, *, allow_bool: bool = False) -> np.ndarray:
         return a.astype(np.int64, copy=False)
     if a.size == 0 and kind in "fO":
         return a.astype(np.int64)  # [] and [[]]: no values to judge
-    flat = a.reshape(-1)
-    if kind == "f":  # the first value with a fraction, else the first (integral) float
-        fractional = np.flatnonzero(flat != np.trunc(flat))
-        i = int(fractional[0]) if fractional.size else 0
-    else:
-        i = next((k for k, v in enumerate(flat.tolist()) if not _is_int64(v)), 0)
-    value = flat[i].item() if hasattr(flat[i], "item") else flat[i]
+    # The first value that is not an int64, as the caller wrote it (numpy may
+    # have turned [1, 2**63] into floats and [2**64] into objects).
+    flat = np.asarray(x, dtype=object).reshape(-1)
+    i = next((k for k, v in enumerate(flat) if not _is_int64(v) or kind == "b"), 0)
+    value = flat[i]
     at = f" at {tuple(int(j) for j in np.unravel_index(i, a.shape))}" if a.ndim else ""
     if isinstance(value, (bool, np.bool_)):
         why = "a bool, not an index"
