@@ -295,7 +295,7 @@ class VocabParallelEmbedding(nn.Module):
         of the file raise OSError; an absent tensor, another dtype or a
         shape that is not 2-D raise ValueError."""
         where = "tokpos.torch.VocabParallelEmbedding.from_safetensors"
-        f = _core.SafetensorsFile.open(os.fspath(path))
+        f = _core.SafetensorsFile.open(os.fsdecode(path))
         dtype, shape = f.info(tensor_name)
         if dtype not in ("F32", "F16", "BF16"):
             raise ValueError(f"{where}: {tensor_name!r} has dtype {dtype}; only F32, F16 and BF16 are supported")
@@ -347,7 +347,7 @@ class VocabParallelEmbedding(nn.Module):
         failure = [None]
         if self.rank == 0:
             try:
-                _core.write_safetensors(os.fspath(path), [(tensor_name, table.contiguous())], {})
+                _core.write_safetensors(os.fsdecode(path), [(tensor_name, table.contiguous())], {})
             except Exception as e:  # noqa: BLE001 (reported to every rank below)
                 failure = [f"{type(e).__name__}: {e}"]
                 error = e
