@@ -1,6 +1,7 @@
 // The modules' forward paths, policies and errors.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -287,6 +288,25 @@ TEST(TokenEmbedding, FrozenBackwardStillChecksItsArguments) {
     call(d_out, {1, 12}, 1, 2, tokpos::IdPolicy::map_to_unk(3));  // mapped: no error
   }
   EXPECT_TRUE(m.grad().empty());
+}
+
+}  // namespace
+
+namespace {
+
+// init_std must be finite and >= 0 for both drawn tables (0 gives zeros);
+// tokpos.torch's modules refuse the same values through the same check.
+TEST(InitStd, NonFiniteAndNegativeAreRefusedByName) {
+  for (const double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                           -std::numeric_limits<double>::infinity(), -1.0, -1e-300}) {
+    SCOPED_TRACE(bad);
+    expect_error([&] { TokenEmbedding({.vocab_size = 4, .dim = 3, .init_std = bad}); }, Status::kInvalidArgument,
+                 {"TokenEmbedding", "init_std = ", "must be finite and >= 0"});
+    expect_error([&] { LearnedPositionalEmbedding({.max_context = 4, .dim = 3, .init_std = bad}); },
+                 Status::kInvalidArgument, {"LearnedPositionalEmbedding", "init_std = ", "must be finite and >= 0"});
+  }
+  const TokenEmbedding zero({.vocab_size = 4, .dim = 3, .init_std = 0.0});
+  for (const float v : zero.table()) EXPECT_EQ(v, 0.0f);
 }
 
 }  // namespace

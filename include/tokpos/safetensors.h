@@ -73,6 +73,14 @@ class TOKPOS_API SafetensorsFile {
   std::span<const float> view_f32(const std::string& name) const;
   // Any of F32, F16, BF16 as floats (exact widening); Error for other dtypes.
   std::vector<float> read_f32(const std::string& name) const;
+  // Rows [row_begin, row_begin + rows) of an F32, F16 or BF16 tensor (rows
+  // are its first dimension; each holds the product of the others) as
+  // floats, widened exactly, into out, which must hold exactly that many
+  // numbers. Only those rows' bytes are read: Access::kRead preads them, so a
+  // rank of a sharded load reads its own rows and no others. Error
+  // (kInvalidArgument) for a 0-D tensor, another dtype, a range outside
+  // [0, shape[0]) or an out of another size; either mode.
+  void read_f32_rows(const std::string& name, int64_t row_begin, int64_t rows, std::span<float> out) const;
   // Raw bytes of any tensor, in place. Access::kMap only.
   std::span<const uint8_t> bytes(const std::string& name) const;
   // Raw bytes of any tensor, copied; either mode.

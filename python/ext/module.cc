@@ -17,6 +17,7 @@
 #include <string>
 
 #include "bind.h"
+#include "common/check.h"
 #include "demo.h"
 #include "tokpos/error.h"
 #include "tokpos/ops.h"
@@ -210,6 +211,15 @@ void fill_normal(const OutArray& out, uint64_t seed, uint64_t stream, double mea
   tokpos::fill_normal(std::span<float>(data, n), seed, stream, mean, std, first);
 }
 
+// A module's table (out, contiguous float32) from N(0, init_std^2), numbers
+// [first, first + size) of the stream: init_std checked first, by the check
+// the C++ modules use (finite and >= 0), even when out is empty.
+void init_table(const OutArray& out, uint64_t seed, uint64_t stream, double init_std, uint64_t first,
+                const std::string& where) {
+  tokpos::detail::check_init_std(where.c_str(), init_std);
+  fill_normal(out, seed, stream, 0.0, init_std, first);
+}
+
 std::string demo_report(const std::string& text, int64_t vocab_size, int64_t dim, int64_t max_context,
                         uint64_t seed, double base, bool json) {
   tokpos::app::DemoOptions o;
@@ -268,9 +278,12 @@ NB_MODULE(_core, m) {
 
   m.def("fill_normal", &fill_normal, nb::arg("out"), nb::arg("seed"), nb::arg("stream"), nb::arg("mean"),
         nb::arg("std"), nb::arg("first") = 0);
+  m.def("init_table", &init_table, nb::arg("out"), nb::arg("seed"), nb::arg("stream"), nb::arg("init_std"),
+        nb::arg("first"), nb::arg("where"));
   m.attr("TOKEN_TABLE_STREAM") = tokpos::kTokenTableStream;
   m.attr("POSITION_TABLE_STREAM") = tokpos::kPositionTableStream;
 
+  tokpos::python::bind_io(m);
   tokpos::python::bind_positions(m);
   tokpos::python::bind_rope(m);
   tokpos::python::bind_shard(m);

@@ -18,7 +18,6 @@ modules as torch.nn.Modules, with autograd and torch.compile support.
 from __future__ import annotations
 
 import numbers
-import operator
 
 import numpy as np
 
@@ -26,8 +25,12 @@ from . import _core
 from ._arrays import count as _count
 from ._arrays import dtype_name as _dtype_name
 from ._arrays import empty as _empty
+from ._arrays import INT32_MAX as _INT32_MAX
+from ._arrays import INT32_MIN as _INT32_MIN
 from ._arrays import framework as _framework
+from ._arrays import index_sequence as _index_sequence
 from ._arrays import is_torch as _is_torch
+from ._arrays import require_cpu as _require_cpu
 from .positions import *  # noqa: F401,F403  (position ids, ALiBi)
 from .rope import *  # noqa: F401,F403  (RoPE)
 from .positions import __all__ as _positions_all
@@ -60,16 +63,20 @@ def _choice(name: str, value, allowed) -> str:
     return value
 
 
-def _array(x, name: str):
+def _array(x, name: str, index: bool = False):
     """x as something the core reads without a copy: numpy arrays and torch
     tensors pass through (a tensor that requires grad is detached, which
-    shares its memory); Python sequences of numbers become new arrays."""
+    shares its memory; the core checks the dtype); Python sequences of
+    numbers become new arrays: int64 for an index argument (ids, positions;
+    a float or bool in them is a ValueError, never rounded), else numpy's
+    own dtype for the values."""
     if x is None or isinstance(x, np.ndarray):
         return x
     if _is_torch(x):
+        _require_cpu(x, name)
         return x.detach() if x.requires_grad else x
     if isinstance(x, (list, tuple)) or isinstance(x, numbers.Number):
-        return np.asarray(x, dtype=np.int64)
+        return _index_sequence(x, name) if index else np.asarray(x)
     if hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__"):
         return x
     raise ValueError(f"{name} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
@@ -86,7 +93,7 @@ def _writable(x, name: str):
 def set_num_threads(n: int) -> None:
     """n >= 1: kernels use n threads; 0 or less: every core. Results never
     depend on the count (every kernel is bitwise identical for any count)."""
-    _core.set_num_threads(operator.index(n))
+    _core.set_num_threads(_count("n", n, _INT32_MIN, _INT32_MAX))
 
 
 def get_num_threads() -> int:
@@ -98,7 +105,7 @@ def pe_sinusoidal(pos: int, dim: int, hidden_dim: int) -> float:
     """The C lab's pe(pos, dim, hidden_dim): sin(angle) for even dim, cos for
     odd, angle = pos / 10000^(2*(dim//2)/hidden_dim), correctly rounded to
     float32 and returned as a Python float."""
-    return _core.pe_sinusoidal(operator.index(pos), operator.index(dim), operator.index(hidden_dim))
+    return _core.pe_sinusoidal(_count("pos", pos), _count("dim", dim), _count("hidden_dim", hidden_dim))
 
 
 
@@ -129,7 +136,7 @@ def sinusoidal_table(
     if framework == "numpy" and dtype == "bfloat16":
         raise ValueError('numpy has no bfloat16: use framework="torch" for a bfloat16 table')
     if padding_idx is not None:
-        padding_idx = operator.index(padding_idx)
+        padding_idx = _count("padding_idx", padding_idx)
     out = _empty((max_context, dim), dtype, framework)
     _core.sinusoidal_into(out, max_context, dim, float(base), layout, start, padding_idx, float(min_timescale))
     return out
@@ -144,10 +151,10 @@ def compose(ids, token_table, pos_table=None, *, position_ids=None, start: int =
     (N, D). pos_table None: token rows only. out (optional) is written in
     place and returned; otherwise a new array of token_table's dtype, in the
     caller's framework, is returned."""
-    ids = _array(ids, "ids")
+    ids = _array(ids, "ids", index=True)
     token_table = _array(token_table, "token_table")
     pos_table = _array(pos_table, "pos_table")
-    position_ids = _array(position_ids, "position_ids")
+    position_ids = _array(position_ids, "position_ids", index=True)
     start = _count("start", start, 0)
     if out is None:
         dim = token_table.shape[1] if len(token_table.shape) == 2 else 0
@@ -168,8 +175,8 @@ def compose_backward(d_out, ids, *, d_token_table=None, d_pos_table=None, positi
     and the order of the additions is fixed: the result is bitwise identical
     for any thread count. float32 gradients."""
     d_out = _array(d_out, "d_out")
-    ids = _array(ids, "ids")
-    position_ids = _array(position_ids, "position_ids")
+    ids = _array(ids, "ids", index=True)
+    position_ids = _array(position_ids, "position_ids", index=True)
     d_token_table = _writable(_array(d_token_table, "d_token_table"), "d_token_table")
     d_pos_table = _writable(_array(d_pos_table, "d_pos_table"), "d_pos_table")
     start = _count("start", start, 0)

@@ -35,18 +35,25 @@ collective. Positions are checked before communication too.
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from typing import Optional
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from . import _core
-from .torch import _PositionalEmbedding, _check_composer_parts, _check_int, _lazy_zeros, _plain, _position_error
+from ._arrays import real as _real
+from .torch import (
+    _PositionalEmbedding,
+    _check_composer_parts,
+    _check_int,
+    _check_seed,
+    _lazy_zeros,
+    _plain,
+    _position_error,
+    _require_cpu,
+)
 
 __all__ = ["VocabParallelComposer", "VocabParallelEmbedding"]
 
@@ -197,8 +204,7 @@ def _check_ids(ids, where: str) -> Tensor:
         raise ValueError(f"{where}: ids must be int32 or int64, got {ids.dtype}")
     if ids.dim() not in (1, 2):
         raise ValueError(f"{where}: ids must be (B, T) or (T), got {ids.dim()}-D")
-    if ids.device.type != "cpu":
-        raise ValueError(f"{where}: ids are on {ids.device}; only CPU tensors are supported")
+    _require_cpu(where, ("ids",), ids)
     return ids
 
 
@@ -227,8 +233,8 @@ class VocabParallelEmbedding(nn.Module):
     ) -> None:
         super().__init__()
         self._setup(vocab_size, dim, group, pad_vocab_to_multiple_of)
-        self.seed = _check_int("seed", seed, 0)
-        self.init_std = float(init_std)
+        self.seed = _check_seed(seed)
+        self.init_std = _real("init_std", init_std)
         self.weight = nn.Parameter(torch.zeros((self.shard_rows, self.dim), dtype=_F32))
         self.reset_parameters()
 
@@ -252,19 +258,22 @@ class VocabParallelEmbedding(nn.Module):
 
     def reset_parameters(self) -> None:
         """Redraws the shard's real rows from (seed, TOKEN_TABLE_STREAM) at
-        their global offsets; padding rows are zero."""
+        their global offsets; padding rows are zero. init_std is checked as
+        the C++ modules check it on every rank, one without real rows too, so
+        all ranks raise the same error."""
         with torch.no_grad():
-            shard = torch.zeros((self.shard_rows, self.dim), dtype=_F32)
+            shard = torch.zeros((self.shard_rows, self.dim), dtype=_F32, device="cpu")
             n = self.num_real_rows
-            if n:
-                _core.fill_normal(
-                    shard[:n], self.seed, _core.TOKEN_TABLE_STREAM, 0.0, self.init_std, self.row_begin * self.dim
-                )
+            _core.init_table(
+                shard[:n], self.seed, _core.TOKEN_TABLE_STREAM, self.init_std, self.row_begin * self.dim,
+                "tokpos.torch.VocabParallelEmbedding",
+            )
             self.weight.copy_(shard)
 
     def forward(self, ids: Tensor) -> Tensor:
         """ids (B, T) -> (B, T, D); (N) -> (N, D); the same on every rank."""
         ids = _check_ids(ids, "tokpos.torch.VocabParallelEmbedding")
+        _require_cpu("tokpos.torch.VocabParallelEmbedding", ("weight",), self.weight)
         flat = ids.dim() == 1
         ids2 = ids.unsqueeze(0) if flat else ids
         out = _VocabParallelCompose.apply(ids2, self.weight, None, None, 0, (self, False))
@@ -277,31 +286,31 @@ class VocabParallelEmbedding(nn.Module):
         cls, path, tensor_name: str, *, group=None, pad_vocab_to_multiple_of: int = 1
     ) -> "VocabParallelEmbedding":
         """The shard of the (V, D) table tensor_name in the safetensors file
-        path (F32, F16 or BF16, converted to float32 exactly): only the
-        rank's rows are mapped and read (numpy.memmap). A missing file, a
-        corrupt header or a byte range past the end of the file raise
-        OSError; an absent tensor, another dtype or a shape that is not 2-D
-        raise ValueError."""
+        path (F32, F16 or BF16, converted to float32 exactly), read by the
+        C++ reader (tokpos/safetensors.h): it validates the whole header,
+        and only the rank's rows are read from the file (pread), so a file
+        truncated meanwhile is an error, never a signal. A path that is
+        missing or not a regular file (a FIFO is refused at once, without
+        waiting for a writer), a corrupt header or a byte range past the end
+        of the file raise OSError; an absent tensor, another dtype or a
+        shape that is not 2-D raise ValueError."""
         where = "tokpos.torch.VocabParallelEmbedding.from_safetensors"
-        dtype, (V, D), data_begin = _read_header(path, tensor_name, where)
+        f = _core.SafetensorsFile.open(os.fsdecode(path))
+        dtype, shape = f.info(tensor_name)
+        if dtype not in ("F32", "F16", "BF16"):
+            raise ValueError(f"{where}: {tensor_name!r} has dtype {dtype}; only F32, F16 and BF16 are supported")
+        if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+            raise ValueError(f"{where}: {tensor_name!r} has shape {list(shape)}; a (vocab_size, dim) table is needed")
+        V, D = shape
         module = cls.__new__(cls)
         nn.Module.__init__(module)
         module._setup(V, D, group, pad_vocab_to_multiple_of)
         module.seed = 0
         module.init_std = 0.0
-        shard = torch.zeros((module.shard_rows, D), dtype=_F32)
+        shard = torch.zeros((module.shard_rows, D), dtype=_F32, device="cpu")
         n = module.num_real_rows
         if n:
-            item = _ST_DTYPES[dtype][1]
-            rows = np.memmap(
-                path,
-                dtype=_ST_DTYPES[dtype][0],
-                mode="r",
-                offset=data_begin + module.row_begin * D * item,
-                shape=(n, D),
-            )
-            shard[:n] = torch.from_numpy(_to_float32(np.array(rows), dtype))
-            del rows
+            f.read_rows(tensor_name, module.row_begin, shard[:n])
         module.weight = nn.Parameter(shard)
         return module
 
@@ -323,17 +332,22 @@ class VocabParallelEmbedding(nn.Module):
 
     def save_safetensors(self, path, tensor_name: str) -> None:
         """Gathers the shards to group rank 0, which writes the (V, D)
-        float32 table as tensor_name in one safetensors file at path,
-        atomically (a temporary file in the same directory, fsync, then
-        os.replace). A collective: every rank must call it, and every rank
-        returns after the file is complete, or raises OSError if rank 0
-        could not write it."""
+        float32 table as tensor_name in one safetensors file at path with
+        the C++ writer (tokpos::write_safetensors), atomically: a temporary
+        file beside the target, fsync, rename. As every tokpos writer, it
+        follows a symbolic link and replaces the file the link ends in (the
+        link stays), keeps an existing file's permission bits, gives a new
+        file 0666 & ~umask, and refuses a path that is not a regular file (a
+        FIFO, a directory, a device) or a link to nothing, leaving it as it
+        was. A collective: every rank must call it, and every rank returns
+        after the file is complete, or raises OSError if rank 0 could not
+        write it."""
         where = "tokpos.torch.VocabParallelEmbedding.save_safetensors"
         table = self.full_table(dst=0)
         failure = [None]
         if self.rank == 0:
             try:
-                _write_safetensors(os.fspath(path), tensor_name, table)
+                _core.write_safetensors(os.fsdecode(path), [(tensor_name, table.contiguous())], {})
             except Exception as e:  # noqa: BLE001 (reported to every rank below)
                 failure = [f"{type(e).__name__}: {e}"]
                 error = e
@@ -385,6 +399,7 @@ class VocabParallelComposer(nn.Module):
         sequence_parallel (B, T/n, D) (or (T/n, D))."""
         where = "tokpos.torch.VocabParallelComposer"
         ids = _check_ids(ids, where)
+        _require_cpu(where, ("token.weight", "position.weight"), self.token.weight, self.position.weight)
         start = _check_int("start", start, 0)
         flat = ids.dim() == 1
         ids2 = ids.unsqueeze(0) if flat else ids
@@ -399,6 +414,7 @@ class VocabParallelComposer(nn.Module):
         if position_ids is not None:
             if not isinstance(position_ids, Tensor) or position_ids.dtype not in _INDEX_DTYPES:
                 raise ValueError(f"{where}: position_ids must be an int32 or int64 tensor")
+            _require_cpu(where, ("position_ids",), position_ids)
             if tuple(position_ids.shape) != tuple(ids.shape):
                 raise ValueError(
                     f"{where}: position_ids has shape {tuple(position_ids.shape)} but ids has {tuple(ids.shape)}"
@@ -414,101 +430,3 @@ class VocabParallelComposer(nn.Module):
             ids2, self.token.weight, self.position.weight, pos2, start, (self.token, self.sequence_parallel)
         )
         return out.squeeze(0) if flat else out
-
-
-# ---------------------------------------------------------------------------
-# safetensors: 8-byte little-endian header length, the JSON header, the data.
-
-# name -> (numpy dtype of the stored bits, bytes per element)
-_ST_DTYPES = {"F32": (np.dtype("<f4"), 4), "F16": (np.dtype("<f2"), 2), "BF16": (np.dtype("<u2"), 2)}
-_MAX_HEADER = 100 * 1024 * 1024
-
-
-def _to_float32(a: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "BF16":
-        return (a.astype(np.uint32) << 16).view(np.float32)
-    return a.astype(np.float32)
-
-
-def _read_header(path, tensor_name: str, where: str):
-    """(dtype, (V, D), absolute byte offset of the tensor's data)."""
-    path = os.fspath(path)
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise OSError(f"{where}: {path!r} is {size} bytes, too short for a safetensors header")
-            n = int.from_bytes(head, "little")
-            if n > _MAX_HEADER or 8 + n > size:
-                raise OSError(
-                    f"{where}: {path!r}: header length {n} exceeds the file ({size} bytes) or the limit {_MAX_HEADER}"
-                )
-            text = f.read(n)
-    except FileNotFoundError:
-        raise OSError(f"{where}: {path!r} does not exist") from None
-    try:
-        header = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise OSError(f"{where}: {path!r}: the header is not valid JSON ({e})") from None
-    if not isinstance(header, dict):
-        raise OSError(f"{where}: {path!r}: the header is not a JSON object")
-    entry = header.get(tensor_name)
-    if entry is None or tensor_name == "__metadata__":
-        names = sorted(k for k in header if k != "__metadata__")
-        raise ValueError(f"{where}: {path!r} has no tensor {tensor_name!r} (it has {names[:10]})")
-    try:
-        dtype, shape, (b0, b1) = entry["dtype"], entry["shape"], entry["data_offsets"]
-        shape = [int(s) for s in shape]
-        b0, b1 = int(b0), int(b1)
-    except (KeyError, TypeError, ValueError):
-        raise OSError(f"{where}: {path!r}: the entry of {tensor_name!r} is malformed: {entry!r}") from None
-    if dtype not in _ST_DTYPES:
-        raise ValueError(f"{where}: {tensor_name!r} has dtype {dtype}; only F32, F16 and BF16 are supported")
-    if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
-        raise ValueError(f"{where}: {tensor_name!r} has shape {shape}; a (vocab_size, dim) table is needed")
-    nbytes = shape[0] * shape[1] * _ST_DTYPES[dtype][1]
-    data_begin = 8 + n
-    if b0 < 0 or b1 - b0 != nbytes:
-        raise OSError(
-            f"{where}: {tensor_name!r}: data_offsets [{b0}, {b1}) hold {b1 - b0} bytes but shape {shape} "
-            f"in {dtype} needs {nbytes}"
-        )
-    if data_begin + b1 > size:
-        raise OSError(
-            f"{where}: {tensor_name!r}: data_offsets [{b0}, {b1}) end at byte {data_begin + b1}, "
-            f"past the end of {path!r} ({size} bytes)"
-        )
-    return dtype, (shape[0], shape[1]), data_begin + b0
-
-
-def _write_safetensors(path: str, tensor_name: str, table: Tensor) -> None:
-    """One float32 tensor as a safetensors file, written atomically."""
-    data = np.ascontiguousarray(table.detach().numpy(), dtype="<f4")
-    header = {tensor_name: {"dtype": "F32", "shape": list(data.shape), "data_offsets": [0, data.nbytes]}}
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tokpos-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(len(text).to_bytes(8, "little"))
-            f.write(text)
-            f.write(memoryview(data).cast("B"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

@@ -13,10 +13,14 @@ import numbers
 import numpy as np
 
 from . import _core
+from ._arrays import INT64_MAX as _INT64_MAX
 from ._arrays import count as _count
 from ._arrays import dtype_name as _dtype_name
 from ._arrays import framework as _framework
+from ._arrays import index_sequence as _index_sequence
 from ._arrays import is_torch as _is_torch
+from ._arrays import real as _real
+from ._arrays import require_cpu as _require_cpu
 
 __all__ = [
     "position_ids_from_mask",
@@ -31,21 +35,28 @@ __all__ = [
 
 
 
-def _index_array(x, name: str):
+def _index_array(x, name: str, allow_bool: bool = False):
     """x as an int32 or int64 array the core reads: numpy arrays and torch
-    tensors of those dtypes pass through; bool and other integer arrays (a
-    bool attention mask) and Python sequences become new int64 arrays."""
+    tensors of those dtypes pass through; other integer arrays (and bool
+    ones where allow_bool: an attention mask) become new int64 arrays;
+    Python sequences go through _arrays.index_sequence (a float or bool in
+    them is a ValueError, never rounded). Float arrays are refused."""
+    expected = "integers (int32 or int64) or bool" if allow_bool else "integers (int32 or int64)"
     if _is_torch(x):
         import torch
 
-        x = x.detach()
+        x = _require_cpu(x, name).detach()
         if x.dtype in (torch.int32, torch.int64):
             return x
-        if x.dtype == torch.bool or not (x.is_floating_point() or x.is_complex()):
+        if (x.dtype == torch.bool and allow_bool) or not (
+            x.dtype == torch.bool or x.is_floating_point() or x.is_complex()
+        ):
+            if x.dtype == torch.uint64 and x.numel() and int(x.max()) > _INT64_MAX:
+                raise ValueError(f"{name} holds {int(x.max())}, above the int64 maximum {_INT64_MAX}")
             return x.to(torch.int64)
-        raise ValueError(f"{name} has dtype {_dtype_name(x)}; expected integers (int32 or int64) or bool")
-    if isinstance(x, (list, tuple, numbers.Integral)):
-        return np.asarray(x, dtype=np.int64)
+        raise ValueError(f"{name} has dtype {_dtype_name(x)}; expected {expected}")
+    if isinstance(x, (list, tuple, numbers.Number)):
+        return _index_sequence(x, name, allow_bool=allow_bool)
     if not isinstance(x, np.ndarray):
         if hasattr(x, "__array_interface__") or hasattr(x, "__array__"):
             x = np.asarray(x)
@@ -53,9 +64,11 @@ def _index_array(x, name: str):
             raise ValueError(f"{name} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
     if x.dtype in (np.int32, np.int64):
         return x
-    if x.dtype == np.bool_ or np.issubdtype(x.dtype, np.integer):
+    if (x.dtype == np.bool_ and allow_bool) or np.issubdtype(x.dtype, np.integer):
+        if x.dtype == np.uint64 and x.size and int(x.max()) > _INT64_MAX:
+            raise ValueError(f"{name} holds {int(x.max())}, above the int64 maximum {_INT64_MAX}")
         return x.astype(np.int64)
-    raise ValueError(f"{name} has dtype {x.dtype}; expected integers (int32 or int64) or bool")
+    raise ValueError(f"{name} has dtype {x.dtype}; expected {expected}")
 
 
 def _empty(shape, dtype: str, framework: str):
@@ -71,7 +84,7 @@ def position_ids_from_mask(attention_mask, num_new_tokens=None):
     (B, S) covers the cached tokens and the new ones; along each row the
     position is cumsum(mask) - 1, and 1 where mask is 0 (a pad). Returns the
     last num_new_tokens columns (all S when None) as int64 (B, T)."""
-    mask = _index_array(attention_mask, "attention_mask")
+    mask = _index_array(attention_mask, "attention_mask", allow_bool=True)
     if len(mask.shape) != 2:
         raise ValueError(f"attention_mask must be 2-D (B, S), got shape {tuple(mask.shape)}")
     batch, width = (int(d) for d in mask.shape)
@@ -125,9 +138,7 @@ def alibi_slopes(num_heads, max_bias=8.0):
     closest-power-of-two interleave for other head counts), with 8
     generalised to max_bias as MPT's gen_slopes and ggml do."""
     num_heads = _count("num_heads", num_heads, 1)
-    if isinstance(max_bias, bool) or not isinstance(max_bias, numbers.Real):
-        raise ValueError(f"max_bias must be a number, got {max_bias!r}")
-    return np.asarray(_core.alibi_slopes(num_heads, float(max_bias)), dtype=np.float64)
+    return np.asarray(_core.alibi_slopes(num_heads, _real("max_bias", max_bias)), dtype=np.float64)
 
 
 _MODES = {"causal": 0, "symmetric": 1}
@@ -136,7 +147,7 @@ _DTYPES = ("float32", "float16", "bfloat16")
 
 def _slopes(slopes):
     if _is_torch(slopes):
-        s = slopes.detach().cpu().double().numpy()
+        s = _require_cpu(slopes, "slopes").detach().double().numpy()
     else:
         s = np.asarray(slopes, dtype=np.float64)
     if s.ndim != 1:
@@ -167,6 +178,6 @@ def alibi_bias(slopes, q_positions, k_positions, *, mode="causal", dtype="float3
                       int(k.shape[0]) if len(k.shape) == 1 else 0), dtype, framework)
     elif isinstance(out, np.ndarray) and not out.flags.writeable:
         raise ValueError("out is read-only; tokpos writes its result there in place")
-    target = out.detach() if _is_torch(out) else out  # shares out's memory
+    target = _require_cpu(out, "out").detach() if _is_torch(out) else out  # shares out's memory
     _core.alibi_bias(target, s, q, k, _MODES[mode])
     return out

@@ -9,12 +9,14 @@ docs/positions.md ("RoPE") states every formula.
 from __future__ import annotations
 
 import numbers
-import operator
 
 import numpy as np
 
 from . import _core
+from ._arrays import count as _count
+from ._arrays import index_sequence as _index_sequence
 from ._arrays import is_torch as _is_torch
+from ._arrays import require_cpu as _require_cpu
 
 __all__ = ["ROPE_LAYOUTS", "ROPE_TYPES", "apply_rope", "rope_cos_sin", "rope_frequencies"]
 
@@ -46,7 +48,7 @@ def _length(name: str, value) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"rope_frequencies: scaling[{name!r}] = {value!r} must be an integer")
-    return operator.index(value)
+    return _count(f"rope_frequencies: scaling[{name!r}]", value)
 
 
 def _scaling_type(scaling: dict) -> str:
@@ -121,8 +123,9 @@ def rope_frequencies(dim: int, *, base: float | None = None, scaling: dict | Non
     if seq_len is not None:
         if isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral):
             raise ValueError(f"rope_frequencies: seq_len must be an integer or None, got {seq_len!r}")
-        seq_len = operator.index(seq_len)
-    inv_freq, attention_factor = _core.rope_frequencies(operator.index(dim), float(base), options, seq_len)
+        seq_len = _count("rope_frequencies: seq_len", seq_len)
+    dim = _count("rope_frequencies: dim", dim)
+    inv_freq, attention_factor = _core.rope_frequencies(dim, float(base), options, seq_len)
     return np.asarray(inv_freq, dtype=np.float64), float(attention_factor)
 
 
@@ -136,9 +139,10 @@ def _tensor(x, name: str, index: bool = False):
     if isinstance(x, np.ndarray):
         return x
     if _is_torch(x):
+        _require_cpu(x, name)
         return x.detach() if x.requires_grad else x
     if isinstance(x, (list, tuple)):
-        return np.asarray(x, dtype=np.int64 if index else np.float32)
+        return _index_sequence(x, name) if index else np.asarray(x, dtype=np.float32)
     if hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__"):
         return x
     raise ValueError(f"{name} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
@@ -147,7 +151,7 @@ def _tensor(x, name: str, index: bool = False):
 def _freqs(inv_freq) -> np.ndarray:
     """inv_freq as a contiguous float64 vector (a small copy when needed)."""
     if _is_torch(inv_freq):
-        inv_freq = inv_freq.detach().cpu().double().numpy()
+        inv_freq = _require_cpu(inv_freq, "inv_freq").detach().double().numpy()
     f = np.ascontiguousarray(np.asarray(inv_freq, dtype=np.float64))
     if f.ndim != 1:
         raise ValueError(f"inv_freq must be 1-dimensional, got shape {f.shape}")
@@ -203,7 +207,8 @@ def apply_rope(
         if isinstance(out, np.ndarray) and not out.flags.writeable:
             raise ValueError("apply_rope: out is read-only; tokpos writes its result there in place")
     _core.apply_rope(
-        out, x, positions, freqs, layout, operator.index(rotary_dim), float(attention_factor), bool(inverse),
+        out, x, positions, freqs, layout, _count("apply_rope: rotary_dim", rotary_dim), float(attention_factor),
+        bool(inverse),
         "tokpos.apply_rope",
     )
     return out

@@ -30,7 +30,6 @@ bfloat16 or float16.
 
 from __future__ import annotations
 
-import operator
 from typing import Optional
 
 import numpy as np
@@ -39,6 +38,12 @@ from torch import Tensor, nn
 
 from . import _core, sinusoidal_table
 from . import rope as _rope
+from ._arrays import INT64_MAX as _INT64_MAX
+from ._arrays import INT64_MIN as _INT64_MIN
+from ._arrays import UINT64_MAX as _UINT64_MAX
+from ._arrays import count as _count
+from ._arrays import real as _real
+from ._arrays import require_cpu as _require_cpu_one
 
 __all__ = [
     "EmbeddingComposer",
@@ -52,6 +57,21 @@ __all__ = [
 ]
 
 _F32 = torch.float32
+
+
+def _require_cpu(where: str, names: tuple, *tensors) -> None:
+    """ValueError naming the first tensor not on the CPU: tokpos's kernels
+    read and write host memory only. Called by every entry point before a
+    kernel or an operator runs, and by the operators' fake kernels (which
+    torch.compile traces and which the dispatcher also runs for meta
+    tensors), so a meta or device tensor is refused eagerly, under autograd
+    and under torch.compile alike, and never gets an uninitialised result."""
+    for name, t in zip(names, tensors):
+        if t is not None and t.device.type != "cpu":
+            _require_cpu_one(t, name, where)
+
+
+_COMPOSE_NAMES = ("ids", "token_table", "pos_table", "position_ids")
 
 
 def _plain(t: Optional[Tensor]) -> Optional[Tensor]:
@@ -121,6 +141,7 @@ def _compose_op(
 
 @_compose_op.register_fake
 def _compose_fake(ids, token_table, pos_table, position_ids, start, padding_idx, sparse):
+    _require_cpu("tokpos::compose", _COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
     torch._check(token_table.dim() == 2, lambda: "tokpos::compose: token_table must be 2-D")
     torch._check(ids.dim() in (1, 2), lambda: "tokpos::compose: ids must be 1-D or 2-D")
     return token_table.new_empty(_out_shape(ids, token_table))
@@ -172,6 +193,7 @@ def _compose_backward_op(
 
 @_compose_backward_op.register_fake
 def _compose_backward_fake(d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx):
+    _require_cpu("tokpos::compose_backward", ("d_out", "ids", "position_ids"), d_out, ids, position_ids)
     dim = d_out.shape[-1]
     return d_out.new_empty((vocab_size, dim), dtype=_F32), d_out.new_empty((pos_rows, dim), dtype=_F32)
 
@@ -191,6 +213,7 @@ def _token_grad_rows_op(d_out: Tensor, ids: Tensor, vocab_size: int, padding_idx
 
 @_token_grad_rows_op.register_fake
 def _token_grad_rows_fake(d_out, ids, vocab_size, padding_idx):
+    _require_cpu("tokpos::token_grad_rows", ("d_out", "ids"), d_out, ids)
     touched = torch.library.get_ctx().new_dynamic_size()
     return (
         d_out.new_empty((touched,), dtype=torch.int64),
@@ -268,10 +291,13 @@ def _compose(
     """The modules' one entry point: the custom op when autograd or the
     compiler needs it, else the kernel directly (the inference fast path)."""
     if torch.compiler.is_compiling() or _needs_grad(token_table, pos_table):
+        _require_cpu(where, _COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
         return _compose_op(ids, token_table, pos_table, position_ids, start, padding_idx, sparse)
     out = _compose_raw(ids, token_table, pos_table, position_ids, start, where)
     if out is not None:
         return out
+    # Not the decode step's contiguous CPU tensors (the raw path took those).
+    _require_cpu(where, _COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
     out = torch.empty(_out_shape(ids, token_table), dtype=token_table.dtype)
     try:
         # numpy views cross into the core faster than DLPack capsules.
@@ -378,21 +404,22 @@ def _table(module: nn.Module) -> Tensor:
     return weight if weight is not None else module._buffers["weight"]
 
 
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} = {value} must be >= {minimum}")
-    return value
+def _check_int(name: str, value, minimum: int, maximum: int = _INT64_MAX) -> int:
+    """tokpos._arrays.count: an integer in [minimum, maximum] (int64 unless
+    said otherwise), or ValueError naming it and the limit."""
+    return _count(name, value, minimum, maximum)
 
 
-def _draw(rows: int, dim: int, seed: int, stream: int, init_std: float) -> Tensor:
-    t = torch.empty((rows, dim), dtype=_F32)
-    _core.fill_normal(t, seed, stream, 0.0, float(init_std))
+def _check_seed(seed) -> int:
+    """A table's seed: any uint64 (the Philox key, as the C++ modules take it)."""
+    return _count("seed", seed, 0, _UINT64_MAX)
+
+
+def _draw(rows: int, dim: int, seed: int, stream: int, init_std: float, where: str) -> Tensor:
+    """A (rows, dim) float32 CPU table from N(0, init_std^2); the core checks
+    init_std as the C++ modules do (finite and >= 0), before it draws."""
+    t = torch.empty((rows, dim), dtype=_F32, device="cpu")
+    _core.init_table(t, seed, stream, init_std, 0, where)
     return t
 
 
@@ -427,8 +454,8 @@ class TokenEmbedding(nn.Module):
         super().__init__()
         vocab_size = _check_int("vocab_size", vocab_size, 1)
         dim = _check_int("dim", dim, 1)
-        self.seed = _check_int("seed", seed, 0)
-        self.init_std = float(init_std)
+        self.seed = _check_seed(seed)
+        self.init_std = _real("init_std", init_std)
         self._setup(vocab_size, dim, padding_idx, sparse)
         self.weight = nn.Parameter(torch.empty((vocab_size, dim), dtype=_F32))
         self.reset_parameters()
@@ -437,7 +464,7 @@ class TokenEmbedding(nn.Module):
         self.vocab_size = vocab_size
         self.dim = dim
         if padding_idx is not None:
-            padding_idx = operator.index(padding_idx)
+            padding_idx = _check_int("padding_idx", padding_idx, _INT64_MIN)
             if not -vocab_size <= padding_idx < vocab_size:
                 raise ValueError(f"padding_idx {padding_idx} is outside [-{vocab_size}, {vocab_size})")
             if padding_idx < 0:
@@ -448,7 +475,10 @@ class TokenEmbedding(nn.Module):
     def reset_parameters(self) -> None:
         """Redraws weight from (seed, TOKEN_TABLE_STREAM) and zeroes the padding row."""
         with torch.no_grad():
-            table = _draw(self.vocab_size, self.dim, self.seed, _core.TOKEN_TABLE_STREAM, self.init_std)
+            table = _draw(
+                self.vocab_size, self.dim, self.seed, _core.TOKEN_TABLE_STREAM, self.init_std,
+                "tokpos.torch.TokenEmbedding",
+            )
             if self.padding_idx is not None:
                 table[self.padding_idx].zero_()
             self.weight.copy_(table)
@@ -535,8 +565,8 @@ class LearnedPositionalEmbedding(_PositionalEmbedding):
         super().__init__()
         self.max_context_length = _check_int("max_context_length", max_context_length, 1)
         self.dim = _check_int("dim", dim, 1)
-        self.seed = _check_int("seed", seed, 0)
-        self.init_std = float(init_std)
+        self.seed = _check_seed(seed)
+        self.init_std = _real("init_std", init_std)
         self.weight = nn.Parameter(torch.empty((self.max_context_length, self.dim), dtype=_F32))
         self.reset_parameters()
 
@@ -544,7 +574,10 @@ class LearnedPositionalEmbedding(_PositionalEmbedding):
         """Redraws weight from (seed, POSITION_TABLE_STREAM)."""
         with torch.no_grad():
             self.weight.copy_(
-                _draw(self.max_context_length, self.dim, self.seed, _core.POSITION_TABLE_STREAM, self.init_std)
+                _draw(
+                    self.max_context_length, self.dim, self.seed, _core.POSITION_TABLE_STREAM, self.init_std,
+                    "tokpos.torch.LearnedPositionalEmbedding",
+                )
             )
 
 
@@ -611,10 +644,8 @@ class EmbeddingComposer(nn.Module):
         modules = self._modules
         tok, pos = modules["token"], modules["position"]
         pad = -1 if tok.padding_idx is None else tok.padding_idx
-        if type(start) is not int:
+        if type(start) is not int or not 0 <= start <= _INT64_MAX:
             start = _check_int("start", start, 0)
-        elif start < 0:
-            raise ValueError(f"start = {start} must be >= 0")
         T = ids.shape[-1] if ids.dim() else 0
         if position_ids is None:
             message = _position_error(where, pos.max_context_length, None, start, T)
@@ -832,6 +863,8 @@ class RotaryEmbedding(nn.Module):
         name = dtype if dtype in _DTYPE_NAMES.values() else _DTYPE_NAMES.get(dtype)
         if name is None:
             raise ValueError(f"tokpos.torch.RotaryEmbedding.cos_sin: dtype {dtype} is not float32, bfloat16 or float16")
+        if isinstance(positions, Tensor):
+            _require_cpu("tokpos.torch.RotaryEmbedding.cos_sin", ("positions",), positions)
         inv_freq, factor = self._frequencies(seq_len, "tokpos.torch.RotaryEmbedding.cos_sin")
         return _rope.rope_cos_sin(
             positions, inv_freq, layout=self.layout, attention_factor=factor, dtype=name

@@ -38,6 +38,15 @@ inline void check_positive_finite(const char* where, const char* name, double v)
   }
 }
 
+// The standard deviation a table is initialised with, N(0, init_std^2): finite
+// and >= 0. The C++ modules and the Python ones (tokpos._core.init_table)
+// both check it here.
+inline void check_init_std(const char* where, double init_std) {
+  if (!(init_std >= 0.0) || !(init_std < std::numeric_limits<double>::infinity())) {
+    fail(Status::kInvalidArgument, where, "init_std = ", init_std, " must be finite and >= 0");
+  }
+}
+
 inline void check_not_null(const char* where, const char* name, const void* p) {
   if (p == nullptr) fail(Status::kNullPointer, where, name, " is NULL");
 }

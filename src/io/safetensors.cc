@@ -326,6 +326,20 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
 
 namespace {
 
+// out = the F32, F16 or BF16 numbers at p (out.size() of them), widened exactly.
+void widen_f32(const std::string& dtype, const uint8_t* p, std::span<float> out) {
+  if (dtype == "F32") {
+    if (!out.empty()) std::memcpy(out.data(), p, out.size() * sizeof(float));
+    return;
+  }
+  const bool f16 = dtype == "F16";
+  for (size_t k = 0; k < out.size(); ++k) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * k, 2);
+    out[k] = f16 ? fp::to_f32(fp::f16_t{h}) : fp::to_f32(fp::bf16_t{h});
+  }
+}
+
 // The zero-copy accessors need the mapping.
 void require_map(const std::string& path, SafetensorsFile::Access access, const std::string& name,
                  const char* what) {
@@ -385,16 +399,51 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
     copy = read_bytes(name);
     p = copy.data();
   }
-  if (i.dtype == "F32") {
-    if (i.bytes > 0) std::memcpy(out.data(), p, i.bytes);
-  } else {
-    for (size_t k = 0; k < out.size(); ++k) {
-      uint16_t h;
-      std::memcpy(&h, p + 2 * k, 2);
-      out[k] = i.dtype == "F16" ? fp::to_f32(fp::f16_t{h}) : fp::to_f32(fp::bf16_t{h});
-    }
-  }
+  widen_f32(i.dtype, p, out);
   return out;
+}
+
+void SafetensorsFile::read_f32_rows(const std::string& name, int64_t row_begin, int64_t rows,
+                                    std::span<float> out) const {
+  constexpr const char* kWhere = "safetensors";
+  const auto& i = info(name);
+  if (i.dtype != "F32" && i.dtype != "F16" && i.dtype != "BF16") {
+    detail::fail(Status::kInvalidArgument, kWhere, path_, ": tensor '", name, "' has dtype ", i.dtype,
+                 "; tables must be F32, F16 or BF16");
+  }
+  if (i.shape.empty())
+    detail::fail(Status::kInvalidArgument, kWhere, path_, ": tensor '", name, "' is 0-D: it has no rows to read");
+  const int64_t total = i.shape[0];
+  if (row_begin < 0 || rows < 0 || row_begin > total || rows > total - row_begin) {
+    detail::fail(Status::kInvalidArgument, kWhere, path_, ": ", rows, " rows from row ", row_begin, " of tensor '",
+                 name, "' are not inside its ", total, " rows");
+  }
+  // numel fits int64 (open checked the shape), so the row size and the count do too.
+  const int64_t row_elems = total == 0 ? 0 : i.numel() / total;
+  const auto want = static_cast<uint64_t>(rows) * static_cast<uint64_t>(row_elems);
+  if (out.size() != want) {
+    detail::fail(Status::kInvalidArgument, kWhere, path_, ": rows [", row_begin, ", ", row_begin + rows,
+                 ") of tensor '", name, "' hold ", want, " numbers, but the output holds ", out.size());
+  }
+  if (want == 0) return;
+  const uint64_t elem = safetensors_dtype_size(i.dtype);
+  const uint64_t first = i.offset + static_cast<uint64_t>(row_begin) * static_cast<uint64_t>(row_elems) * elem;
+  const uint64_t bytes = want * elem;
+  const std::string what = "rows [" + std::to_string(row_begin) + ", " + std::to_string(row_begin + rows) +
+                           ") of tensor '" + name + "'";
+  std::vector<uint8_t> copy;  // F16, BF16 read with pread: the rows' bytes
+  const uint8_t* p = nullptr;
+  if (access_ == Access::kMap) {
+    p = data_ + first;
+  } else if (i.dtype == "F32") {
+    pread_all(path_, map_->fd, out.data(), bytes, data_offset_ + first, what);
+    return;
+  } else {
+    copy.resize(static_cast<size_t>(bytes));
+    pread_all(path_, map_->fd, copy.data(), bytes, data_offset_ + first, what);
+    p = copy.data();
+  }
+  widen_f32(i.dtype, p, out);
 }
 
 void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,

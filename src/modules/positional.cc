@@ -214,9 +214,7 @@ std::vector<float> PositionalEmbedding::forward(int64_t T, int64_t start) const 
 LearnedPositionalEmbedding::LearnedPositionalEmbedding(const LearnedPositionalOptions& o)
     : LearnedPositionalEmbedding(o, std::nullopt, {}, "LearnedPositionalEmbedding") {
   constexpr const char* kWhere = "LearnedPositionalEmbedding";
-  if (!(o.init_std >= 0.0) || !std::isfinite(o.init_std)) {
-    detail::fail(Status::kInvalidArgument, kWhere, "init_std = ", o.init_std, " must be finite and >= 0");
-  }
+  detail::check_init_std(kWhere, o.init_std);
   fill_normal(owned_table(kWhere), o.seed, kPositionTableStream, 0.0, o.init_std);
 }
 

@@ -124,9 +124,7 @@ int64_t check_options(const char* where, const TokenEmbeddingOptions& o) {
 TokenEmbedding::TokenEmbedding(const TokenEmbeddingOptions& o) {
   constexpr const char* kWhere = "TokenEmbedding";
   const int64_t n = check_options(kWhere, o);
-  if (!(o.init_std >= 0.0) || !std::isfinite(o.init_std)) {
-    detail::fail(Status::kInvalidArgument, kWhere, "init_std = ", o.init_std, " must be finite and >= 0");
-  }
+  detail::check_init_std(kWhere, o.init_std);
   auto table = detail::make_buffer<float>(kWhere, "token table", n);
   fill_normal(table, o.seed, kTokenTableStream, 0.0, o.init_std);
   if (o.padding_idx) {
