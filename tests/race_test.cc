@@ -16,10 +16,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/rope_angle.h"
+#include "kernels/kernels.h"
+#include "tokpos/composer.h"
 #include "tokpos/error.h"
 #include "tokpos/ops.h"
 #include "tokpos/positions.h"
@@ -361,6 +365,106 @@ INSTANTIATE_TEST_SUITE_P(Backends, Race, ::testing::Values(Run{"cpu", 1}, Run{"c
                          [](const ::testing::TestParamInfo<Run>& i) {
                            return std::string(i.param.backend) + std::to_string(i.param.threads);
                          });
+
+// ---- Modules ---------------------------------------------------------------------
+
+// A composer whose position policy computes rows (clamp past L, or
+// interpolation) reads its tables with the position ids it was given.
+TEST(RaceModules, ComposerWithChangingPositionIds) {
+  Table tok(kV, 1.0f), pos(kL, 1024.0f);
+  std::vector<int64_t> ids = token_ids(), p(kN);
+  for (int64_t n = 0; n < kN; ++n) p[n] = n % (kL + 8);  // some past L: the policy path
+  std::vector<float> out(kN * kD);
+  const std::vector<float> d_out(kN * kD, 1.0f);
+  const std::vector<int64_t> bad = {-1, -2, -9, -100, -4000};
+  for (const tokpos::BeyondTable beyond : {tokpos::BeyondTable::kClamp, tokpos::BeyondTable::kInterpolate}) {
+    tokpos::EmbeddingComposer model(
+        tokpos::TokenEmbedding::borrow({tok.data(), kV * kD}, {.vocab_size = kV, .dim = kD}),
+        std::make_unique<tokpos::LearnedPositionalEmbedding>(tokpos::LearnedPositionalEmbedding::borrow(
+            {pos.data(), kL * kD},
+            {.max_context = kL, .dim = kD, .beyond = beyond, .interpolate_to = 2 * kL})));
+    const int ran = race(p, slots_of(kN), bad, [&] {
+      model.forward(ids, kB, kT, out, {.positions = {.ids = p}});
+      if (beyond == tokpos::BeyondTable::kClamp) expect_valid_rows(out);
+      for (const float x : out) ASSERT_TRUE(std::isfinite(x));
+      if (beyond == tokpos::BeyondTable::kInterpolate) {
+        model.zero_grad();
+        model.backward(d_out, ids, kB, kT, {.positions = {.ids = p}});
+      }
+    });
+    EXPECT_GT(ran, 0);
+  }
+}
+
+// ---- The kernels' own bound ------------------------------------------------------
+
+// What a raced caller can leave in the kernels' index arrays, without the
+// race: every back end reads row 0 for an index outside its table (and
+// position 0 for RoPE), never a row outside it.
+TEST(RaceKernels, IndexOutsideTheTableReadsRowZero) {
+  namespace kn = tokpos::kernels;
+  Table tok(kV, 1.0f), pos(kL, 1024.0f), types(kTypes, 131072.0f);
+  std::vector<int64_t> ids = token_ids(), p = positions(), ty(kN, 1);
+  const std::vector<int64_t> bad = bad_rows(kL), bad_types = bad_rows(kTypes);
+  for (size_t k = 0; k < bad.size(); ++k) p[k * 7] = bad[k], ty[k * 5] = bad_types[k];
+  for (const kn::KernelTable* be : kn::backends()) {
+    std::vector<float> out(kN * kD, -1.0f);
+    kn::TypedGather tg;
+    kn::Gather& g = tg.g;
+    g.out = {out.data(), DType::kF32, kT * kD, kD};
+    g.ids = kn::Index::contiguous(ids.data(), kT);
+    g.V = kV;
+    g.tok = {tok.data(), DType::kF32, kD};
+    g.pos = {pos.data(), DType::kF32, kD};
+    g.pos_ids = kn::Index::contiguous(p.data(), kT);
+    g.L = kL;
+    g.B = kB, g.T = kT, g.D = kD;
+    be->compose_forward(g, {.threads = 2});
+    for (int64_t n = 0; n < kN; ++n) {
+      const int64_t row = p[n] >= 0 && p[n] < kL ? p[n] : 0;
+      ASSERT_EQ(out[n * kD + 3], static_cast<float>(ids[n] + 1) + 1024.0f * static_cast<float>(row + 1))
+          << be->name << " forward, position id " << p[n];
+    }
+    tg.types = {types.data(), DType::kF32, kD};
+    tg.type_ids = kn::Index::contiguous(ty.data(), kT);
+    tg.type_rows = kTypes;
+    be->compose_typed(tg, {.threads = 2});
+    for (int64_t n = 0; n < kN; ++n) {
+      const int64_t row = p[n] >= 0 && p[n] < kL ? p[n] : 0, q = ty[n] >= 0 && ty[n] < kTypes ? ty[n] : 0;
+      ASSERT_EQ(out[n * kD + 3], (static_cast<float>(ids[n] + 1) + 131072.0f * static_cast<float>(q + 1)) +
+                                     1024.0f * static_cast<float>(row + 1))
+          << be->name << " typed forward, position id " << p[n] << ", type id " << ty[n];
+    }
+  }
+}
+
+TEST(RaceKernels, RopePositionOutsideItsRangeIsZero) {
+  namespace kn = tokpos::kernels;
+  constexpr int64_t H = 1, Dh = 4, half = 2;
+  std::vector<int64_t> p = {3, int64_t{1} << 31, -1, std::numeric_limits<int64_t>::max(), 0};
+  const auto T = static_cast<int64_t>(p.size());
+  std::vector<float> x(T * H * Dh, 1.0f), out(x.size()), scratch(2 * 2 * half);
+  const double inv_freq[half] = {0.5, 0.25};
+  double turns[2 * half];
+  for (int64_t i = 0; i < half; ++i) {
+    const auto w = tokpos::detail::rope_turns(inv_freq[i]);
+    turns[i] = w.t0, turns[half + i] = w.t1;
+  }
+  for (const kn::KernelTable* be : kn::backends()) {
+    kn::RopeApply r;
+    r.x = x.data(), r.out = out.data();
+    r.xsb = r.osb = 0, r.xst = r.ost = H * Dh, r.xsh = r.osh = Dh;
+    r.pos = kn::Index::contiguous(p.data(), T);
+    r.inv_freq = inv_freq, r.turns = turns, r.scratch = scratch.data();
+    r.half = half, r.B = 1, r.T = T, r.H = H, r.D = Dh;
+    be->apply_rope(r, {.threads = 1});
+    for (int64_t t = 0; t < T; ++t) {
+      if (p[t] >= 0 && p[t] < tokpos::detail::kRopeMaxPosition) continue;
+      for (int64_t d = 0; d < Dh; ++d)
+        EXPECT_EQ(out[t * Dh + d], 1.0f) << be->name << ": position " << p[t] << " is not rotated as 0";
+    }
+  }
+}
 
 // ---- Position ids ----------------------------------------------------------------
 
