@@ -1,8 +1,10 @@
 // Private: the kernels. Functions on typed, strided views that never check
 // anything: the ops layer (src/ops) validates every argument first, so a
-// kernel only ever sees valid input. The forward kernels never allocate; the
-// backward kernels make every allocation (in the caller's Workspace) before
-// writing anything, so std::bad_alloc leaves the gradients as they were.
+// kernel only ever sees valid input, except that a caller's index array may
+// change after the check: each index is bounded as it is read (Index). The
+// forward kernels never allocate; the backward kernels make every
+// allocation (in the caller's Workspace) before writing anything, so
+// std::bad_alloc leaves the gradients as they were.
 //
 // Each back end fills a KernelTable (as ggml's backends do) and registers it
 // (backends()). The reference back end is plain loops and is the source of
@@ -179,8 +181,9 @@ using IndexAddRowsFn = void(const GradTarget& a, const GradTarget& b, const Sour
 // Rotary position embedding of x (B, T, H, D) into out (the same shape and
 // dtype; out may be x itself, element for element): for each (b, t) the
 // position p = pos(b, t) in [0, 2^31) (read through Index::within: a value
-// a racing caller put outside that range counts as 0), and for each pair i < half (rotary
-// dims 2 * half <= D) the angle p * inv_freq[i] from common/rope_angle.h,
+// a racing caller put outside that range counts as 0), and for each pair
+// i < half (rotary dims 2 * half <= D) the angle p * inv_freq[i] from
+// common/rope_angle.h,
 //   c = float(cos * attention_factor), s = float(sin * attention_factor)
 // (negated s when inverse: the transposed rotation), then in float
 //   out[i0] = x[i0] * c - x[i1] * s,   out[i1] = x[i1] * c + x[i0] * s

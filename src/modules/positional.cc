@@ -166,7 +166,8 @@ std::vector<int64_t> PositionalEmbedding::resolve_positions(int64_t B, int64_t T
   if (!positions.ids.empty()) {
     // One copy of the caller's ids, checked and then used: another thread
     // changing them meanwhile cannot slip an unchecked position into the rows.
-    auto rows = detail::make_buffer<int64_t>(where, "position rows", static_cast<int64_t>(positions.ids.size()));
+    const auto n = static_cast<int64_t>(positions.ids.size());
+    auto rows = detail::make_buffer<int64_t>(where, "position rows", n);
     std::copy(positions.ids.begin(), positions.ids.end(), rows.begin());
     check_positions(B, T, {.start = positions.start, .ids = rows}, where);
     return rows;
