@@ -396,6 +396,7 @@ TEST_P(ForwardAgreement, ForwardMatchesReference) {
             g.tok = tok.view(te);
             if (pe) g.pos = pos.view(*pe);
             if (ic.pos_ids) g.pos_ids = pos_view.index;
+            g.L = L;
             g.start = start;
             g.B = B, g.T = T, g.D = D;
             const size_t es = tokpos::dtype_size(oe), bytes = static_cast<size_t>(ol.elems) * es;
@@ -451,9 +452,11 @@ TEST_P(KernelAgreement, TypedMatchesReference) {
           g.tok = (dense ? tok_dense : tok_strided).view(DType::kF32);
           g.pos = (dense ? pos_dense : pos_strided).view(DType::kF32);
           if (ic.pos_ids) g.pos_ids = pos_view.index;
+          g.L = L;
           g.start = start;
           g.B = B, g.T = T, g.D = D;
           if (types != Types::kNone) tg.types = (dense ? types_dense : types_strided).view(DType::kF32);
+          tg.type_rows = kTypes;
           if (types == Types::kFromIds) tg.type_ids = type_view.index;
           if (layer_norm) tg.gamma = gamma.data(), tg.beta = beta.data(), tg.eps = 1e-5;
           const size_t bytes = static_cast<size_t>(ol.elems) * 4;
@@ -639,6 +642,7 @@ TEST(Kernels, ForwardMeetsTheDefinition) {
               g.tok = tv;
               if (pe) g.pos = pos.view(*pe);
               if (ic.pos_ids) g.pos_ids = pos_view.index;
+              g.L = L;
               g.start = start;
               g.B = B, g.T = T, g.D = D;
               be->compose_forward(g, kn::Exec{});
@@ -678,6 +682,8 @@ TEST(Kernels, TypedMeetsTheDefinition) {
         tg.g.V = V, tg.g.unk_id = 0;
         tg.g.tok = {tok.data(), DType::kF32, D};
         tg.g.pos = {pos.data(), DType::kF32, D};
+        tg.g.L = L;
+        tg.type_rows = kTypes;
         tg.g.start = 1;
         tg.g.B = B, tg.g.T = T, tg.g.D = D;
         if (with_types) tg.type_ids = kn::Index::contiguous(type_ids.data(), T), tg.types = {types.data(), DType::kF32, D};
@@ -1279,6 +1285,7 @@ void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
             g.tok = tok.view(te);
             g.pos = pos.view(pe);
             if (with_pos_ids) g.pos_ids = pos_view.index;
+            g.L = L;
             g.start = 1;
             g.B = B, g.T = T, g.D = D;
             const size_t bytes = static_cast<size_t>(N * D) * tokpos::dtype_size(oe);

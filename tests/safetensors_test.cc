@@ -377,6 +377,7 @@ TEST(Presets, TypedKernelMatchesReferenceAcrossThreads) {
   tg.g.B = B, tg.g.T = T, tg.g.D = D;
   tg.type_ids = kn::Index::contiguous(tids.data(), T);
   tg.types = {types.data(), DType::kF32, D};
+  tg.type_rows = 2;
   tg.gamma = gamma.data(), tg.beta = beta.data(), tg.eps = 1e-5;
   kn::reference_kernels().compose_typed(tg, kn::Exec{});
   tg.g.out.data = b.data();

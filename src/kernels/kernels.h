@@ -1,8 +1,10 @@
 // Private: the kernels. Functions on typed, strided views that never check
 // anything: the ops layer (src/ops) validates every argument first, so a
-// kernel only ever sees valid input. The forward kernels never allocate; the
-// backward kernels make every allocation (in the caller's Workspace) before
-// writing anything, so std::bad_alloc leaves the gradients as they were.
+// kernel only ever sees valid input, except that a caller's index array may
+// change after the check: each index is bounded as it is read (Index). The
+// forward kernels never allocate; the backward kernels make every
+// allocation (in the caller's Workspace) before writing anything, so
+// std::bad_alloc leaves the gradients as they were.
 //
 // Each back end fills a KernelTable (as ggml's backends do) and registers it
 // (backends()). The reference back end is plain loops and is the source of
@@ -23,14 +25,28 @@ namespace tokpos::kernels {
 
 // An int32 or int64 index per (b, t): element (b, t) at data[b*sb + t*st].
 // data == nullptr means "none" (the kernel documents what that stands for).
+//
+// The array is the caller's, and another thread may change it while a call
+// runs, after the ops layer checked it. So at() reads an element exactly
+// once (a relaxed atomic load: a plain load on every target, which the
+// compiler may not repeat), and every kernel that addresses memory with an
+// index takes it through within(): the one value read, bounded in a
+// register. A raced caller then gets rows it did not ask for, never an
+// access outside the buffers it passed. Without a race the bound never
+// fires (the ops layer checked every value), so the results are unchanged.
 struct Index {
   const void* data = nullptr;
   DType type = DType::kI64;
   int64_t sb = 0, st = 1;
   int64_t at(int64_t b, int64_t t) const {
     const int64_t off = b * sb + t * st;
-    return type == DType::kI64 ? static_cast<const int64_t*>(data)[off]
-                               : static_cast<const int32_t*>(data)[off];
+    return type == DType::kI64 ? __atomic_load_n(static_cast<const int64_t*>(data) + off, __ATOMIC_RELAXED)
+                               : __atomic_load_n(static_cast<const int32_t*>(data) + off, __ATOMIC_RELAXED);
+  }
+  // at(b, t) when it lies in [0, limit), else fallback.
+  int64_t within(int64_t b, int64_t t, int64_t limit, int64_t fallback) const {
+    const int64_t x = at(b, t);
+    return static_cast<uint64_t>(x) < static_cast<uint64_t>(limit) ? x : fallback;
   }
   static Index contiguous(const int64_t* p, int64_t T) { return {p, DType::kI64, T, 1}; }
 };
@@ -69,7 +85,10 @@ int threads_for(const Exec& ex, int64_t work);
 //   row(b, t) = ids(b, t) if it is in [0, V), else unk_id   (unk_id in [0, V))
 //   pos(b, t) = pos_ids(b, t) if pos_ids.data is set, else start + t
 // Under the error policy the ops layer has checked every id, so the UNK
-// branch never fires; it keeps the kernel memory-safe either way.
+// branch never fires; it keeps the kernel memory-safe either way. Likewise
+// an explicit position outside [0, L), L the rows of pos, which only a
+// caller changing pos_ids during the call can produce, reads row 0
+// (Index::within); start + t is checked by the ops layer and not re-read.
 // zero_outside (a vocab shard): an id outside [0, V) adds nothing instead,
 //   out(b, t) = pos[pos(b, t)] rounded to out.type (zeros without pos).
 // Overwrites out; each element is written once, with no temporary.
@@ -80,6 +99,7 @@ struct Gather {
   bool zero_outside = false;
   Rows tok, pos;
   Index pos_ids;
+  int64_t L = 0;  // the rows of pos (when pos.data is set)
   int64_t start = 0;
   int64_t B = 0, T = 0, D = 0;
 };
@@ -91,11 +111,13 @@ using ComposeForwardFn = void(const Gather& g, const Exec& ex);
 // gamma is not null, LayerNorm over the row: (x - mean) / sqrt(var + eps) *
 // gamma + beta, with mean and var accumulated in double. f32 tables and
 // output. type_ids.data null means type 0; types.data null means no
-// token-type term. Overwrites out.
+// token-type term; a type id outside [0, type_rows) reads row 0 (a raced
+// caller's, as for positions). Overwrites out.
 struct TypedGather {
   Gather g;
   Index type_ids;
   Rows types;
+  int64_t type_rows = 0;  // the rows of types (>= 1 when types.data is set)
   const float* gamma = nullptr;
   const float* beta = nullptr;
   double eps = 0;
@@ -158,8 +180,10 @@ using IndexAddRowsFn = void(const GradTarget& a, const GradTarget& b, const Sour
 
 // Rotary position embedding of x (B, T, H, D) into out (the same shape and
 // dtype; out may be x itself, element for element): for each (b, t) the
-// position p = pos(b, t) in [0, 2^31), and for each pair i < half (rotary
-// dims 2 * half <= D) the angle p * inv_freq[i] from common/rope_angle.h,
+// position p = pos(b, t) in [0, 2^31) (read through Index::within: a value
+// a racing caller put outside that range counts as 0), and for each pair
+// i < half (rotary dims 2 * half <= D) the angle p * inv_freq[i] from
+// common/rope_angle.h,
 //   c = float(cos * attention_factor), s = float(sin * attention_factor)
 // (negated s when inverse: the transposed rotation), then in float
 //   out[i0] = x[i0] * c - x[i1] * s,   out[i1] = x[i1] * c + x[i0] * s

@@ -67,12 +67,15 @@ void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t
     ops::compose_forward(vout, vids, tok, pos.get(), nullptr, 0, lookup);
     return;
   }
-  std::vector<int64_t> unique(o.positions.ids.begin(), o.positions.ids.end());
+  // From one checked copy of the ids (the caller's may have changed since the
+  // check above): rows_for indexes the table with them.
+  const std::vector<int64_t> ids_copy = position_->resolve_positions(B, T, o.positions, kWhere);
+  std::vector<int64_t> unique(ids_copy.begin(), ids_copy.end());
   std::sort(unique.begin(), unique.end());
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-  std::vector<int64_t> remapped(o.positions.ids.size());
+  std::vector<int64_t> remapped(ids_copy.size());
   for (size_t n = 0; n < remapped.size(); ++n) {
-    remapped[n] = std::lower_bound(unique.begin(), unique.end(), o.positions.ids[n]) - unique.begin();
+    remapped[n] = std::lower_bound(unique.begin(), unique.end(), ids_copy[n]) - unique.begin();
   }
   const auto rows = position_->rows_for(unique);
   const TensorView pos(rows.data(), DType::kF32, {static_cast<int64_t>(unique.size()), D});

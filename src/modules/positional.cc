@@ -163,8 +163,16 @@ void PositionalEmbedding::check_positions(int64_t B, int64_t T, const PositionSp
 std::vector<int64_t> PositionalEmbedding::resolve_positions(int64_t B, int64_t T,
                                                             const PositionSpec& positions,
                                                             const char* where) const {
+  if (!positions.ids.empty()) {
+    // One copy of the caller's ids, checked and then used: another thread
+    // changing them meanwhile cannot slip an unchecked position into the rows.
+    const auto n = static_cast<int64_t>(positions.ids.size());
+    auto rows = detail::make_buffer<int64_t>(where, "position rows", n);
+    std::copy(positions.ids.begin(), positions.ids.end(), rows.begin());
+    check_positions(B, T, {.start = positions.start, .ids = rows}, where);
+    return rows;
+  }
   check_positions(B, T, positions, where);
-  if (!positions.ids.empty()) return {positions.ids.begin(), positions.ids.end()};
   auto rows = detail::make_buffer<int64_t>(where, "position rows", B * T);
   for (int64_t n = 0; n < B * T; ++n) rows[n] = positions.start + n % T;
   return rows;

@@ -174,8 +174,15 @@ auto allocating(const char* where, const char* what, F&& f) {
 
 // The plan for a validated batch: token rows when V >= 0, positions when
 // with_positions. The groupings are made on first use, inside `allocating`.
+// The plan is the op's own copy of the caller's ids, and what the kernels
+// index with: each value is read once and bounded as it is copied (an id to
+// [0, V) or unk_id, a position id to [0, position_bound), else 0), so ids
+// that another thread changed since they were checked give garbage rows,
+// never rows outside the tables. position_bound: the bound the positions
+// were checked against, at most INT64_MAX (so position_limit cannot overflow).
 std::shared_ptr<RowPlan::Impl> make_plan(const char* where, const Batch& b, int64_t V, int64_t start,
-                                         const LookupOptions& o, bool with_positions) {
+                                         const LookupOptions& o, bool with_positions,
+                                         int64_t position_bound) {
   return allocating(where, "the row plan", [&] {
     auto p = std::make_shared<RowPlan::Impl>();
     p->ndim = b.ids.ndim;
@@ -191,7 +198,7 @@ std::shared_ptr<RowPlan::Impl> make_plan(const char* where, const Batch& b, int6
       size_t n = 0;
       for (int64_t bb = 0; bb < b.B; ++bb)
         for (int64_t t = 0; t < b.T; ++t, ++n) {
-          p->positions[n] = pi.data ? pi.at(bb, t) : start + t;  // checked: 0 <= position < INT64_MAX
+          p->positions[n] = pi.data ? pi.within(bb, t, position_bound, 0) : start + t;  // start + t: checked
           p->position_limit = std::max(p->position_limit, p->positions[n] + 1);
         }
     }
@@ -285,6 +292,7 @@ void run_forward(const View& out, const RowPlan::Impl* plan, const Batch* batch,
   g.out = out_rows_of(out);
   g.tok = rows_of(tok);
   g.pos = rows_of(pos);
+  g.L = pos.present ? pos.shape[0] : 0;
   g.V = tok.shape[0];
   g.D = out.last();
   if (plan != nullptr) {
@@ -379,7 +387,7 @@ RowPlan::RowPlan(const DLTensor& ids, int64_t vocab_size, const DLTensor* positi
   check_start(where, b, start);
   check_ids(where, b, V, o.unk_id);
   check_plan_positions(where, b);
-  impl_ = make_plan(where, b, vocab_size, start, o, /*with_positions=*/true);
+  impl_ = make_plan(where, b, vocab_size, start, o, /*with_positions=*/true, INT64_MAX);
 }
 
 RowPlan::~RowPlan() = default;
@@ -499,6 +507,7 @@ void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTen
   tg.g.out = out_rows_of(vout);
   tg.g.tok = rows_of(tok);
   tg.g.pos = rows_of(pos);
+  tg.g.L = pos.shape[0];
   tg.g.V = tok.shape[0];
   tg.g.D = D;
   tg.g.B = p.B;
@@ -506,6 +515,7 @@ void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTen
   tg.g.ids = kernels::Index::contiguous(p.token_rows.data(), p.T);
   tg.g.pos_ids = kernels::Index::contiguous(p.positions.data(), p.T);
   tg.types = rows_of(types);
+  tg.type_rows = types.present ? types.shape[0] : 0;
   tg.type_ids = index_of(tids);
   tg.gamma = g.present ? reinterpret_cast<const float*>(g.data) : nullptr;
   tg.beta = bt.present ? reinterpret_cast<const float*>(bt.data) : nullptr;
@@ -541,7 +551,8 @@ void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table
   }
   if (g.d_pos.present) check_positions(where, b, start, g.d_pos.shape[0], "d_pos_table");
   if (b.B * b.T == 0 || (!g.d_tok.present && !g.d_pos.present)) return;
-  const auto plan = make_plan(where, b, V, start, o, /*with_positions=*/g.d_pos.present);
+  const auto plan = make_plan(where, b, V, start, o, /*with_positions=*/g.d_pos.present,
+                              g.d_pos.present ? g.d_pos.shape[0] : 0);
   run_backward(g, *plan, ctx);
 }
 

@@ -1,7 +1,12 @@
 // Position ids and ALiBi (tokpos/positions.h). Each function checks its
 // tensors (ops/tensor.h), reads and checks every value, computes the whole
 // result in int64 (or the biases' positions) and only then writes, so an
-// error leaves the output untouched.
+// error leaves the output untouched. Each reads every input value exactly
+// once: either in the one pass that also computes (the mask, the ids, the
+// position ids), whose writes are placed by loop counters alone, or into a
+// copy (read_once) that is then checked and used. Another thread changing an
+// input during the call can make the result garbage, never an access outside
+// the buffers.
 #include "tokpos/positions.h"
 
 #include <bit>
@@ -10,6 +15,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/check.h"
 #include "common/convert.h"
@@ -29,6 +35,14 @@ using ops::detail::View;
 // Element (i) of a 1-D index view, or (r, c) of a 2-D one.
 int64_t at1(const View& v, int64_t i) { return ops::detail::index_of(v).at(0, i); }
 int64_t at2(const View& v, int64_t r, int64_t c) { return ops::detail::index_of(v).at(r, c); }
+
+// The elements of a 1-D index view, each read once: the copy is what the
+// caller checks and uses, never the view again.
+std::vector<int64_t> read_once(const View& v) {
+  std::vector<int64_t> r(static_cast<size_t>(v.shape[0]));
+  for (int64_t i = 0; i < v.shape[0]; ++i) r[static_cast<size_t>(i)] = at1(v, i);
+  return r;
+}
 
 // Writes values (row-major over out's shape) into the index view out, after
 // checking that each fits out's dtype.
@@ -224,23 +238,22 @@ void packed_position_ids(const DLTensor* cu_seqlens, int64_t start, const DLTens
   check_distinct(kWhere, o);
   if (cu.shape[0] < 1) fail(Status::kInvalidArgument, kWhere, "cu_seqlens is empty; it needs at least [0]");
   check_no_overlap(kWhere, o, cu);
-  const int64_t first = at1(cu, 0);
-  if (first != 0) fail(Status::kInvalidArgument, kWhere, "cu_seqlens[0] = ", first, " must be 0");
-  for (int64_t d = 1; d < cu.shape[0]; ++d) {
-    const int64_t a = at1(cu, d - 1), b = at1(cu, d);
-    if (b < a) {
+  const std::vector<int64_t> c = read_once(cu);  // checked and used: the boundaries index values
+  if (c[0] != 0) fail(Status::kInvalidArgument, kWhere, "cu_seqlens[0] = ", c[0], " must be 0");
+  for (size_t d = 1; d < c.size(); ++d) {
+    if (c[d] < c[d - 1]) {
       fail(Status::kInvalidArgument, kWhere, "cu_seqlens decreases at index ", d, ": cu_seqlens[", d - 1,
-           "] = ", a, " > cu_seqlens[", d, "] = ", b);
+           "] = ", c[d - 1], " > cu_seqlens[", d, "] = ", c[d]);
     }
   }
-  const int64_t N = at1(cu, cu.shape[0] - 1);
+  const int64_t N = c.back();
   if (o.shape[0] != N) {
     fail(Status::kShapeMismatch, kWhere, "out has ", o.shape[0], " elements; cu_seqlens ends at N = ", N);
   }
   std::vector<int64_t> values(static_cast<size_t>(N));
-  for (int64_t d = 0; d + 1 < cu.shape[0]; ++d) {
-    const int64_t a = at1(cu, d), b = at1(cu, d + 1);
-    for (int64_t n = a; n < b; ++n) values[static_cast<size_t>(n)] = add(kWhere, "position", start, n - a);
+  for (size_t d = 0; d + 1 < c.size(); ++d) {
+    for (int64_t n = c[d]; n < c[d + 1]; ++n)
+      values[static_cast<size_t>(n)] = add(kWhere, "position", start, n - c[d]);
   }
   write_index(kWhere, o, values);
 }
@@ -339,11 +352,11 @@ void alibi_bias(std::span<const double> slopes, const DLTensor* q_positions, con
     if (!std::isfinite(m)) fail(Status::kInvalidArgument, kWhere, "slopes[", h, "] = ", m, " is not finite");
   }
   auto read = [&](const View& v, const char* name) {
-    std::vector<int64_t> r(static_cast<size_t>(v.shape[0]));
-    for (int64_t i = 0; i < v.shape[0]; ++i) {
-      const int64_t x = at1(v, i);
-      if (x < 0) fail(Status::kInvalidArgument, kWhere, name, "[", i, "] = ", x, " is negative; positions must be >= 0");
-      r[static_cast<size_t>(i)] = x;
+    std::vector<int64_t> r = read_once(v);
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (r[i] < 0)
+        fail(Status::kInvalidArgument, kWhere, name, "[", i, "] = ", r[i],
+             " is negative; positions must be >= 0");
     }
     return r;
   };

@@ -23,12 +23,13 @@ void typed_rows(const TypedGather& tg, int64_t n0, int64_t n1) {
     }
     const int64_t id = g.ids.at(b, t);
     const int64_t ix = (id >= 0 && id < V) ? id : g.unk_id;
-    const int64_t p = g.pos_ids.data ? g.pos_ids.at(b, t) : g.start + t;
+    const int64_t p = g.pos_ids.data ? g.pos_ids.within(b, t, g.L, 0) : g.start + t;
     const float* __restrict w = tok + ix * g.tok.stride;
     const float* __restrict ps = pos + p * g.pos.stride;
     float* __restrict x = out + b * g.out.sb + t * g.out.st;
     if (types != nullptr) {
-      const float* __restrict ty = types + (tg.type_ids.data ? tg.type_ids.at(b, t) : 0) * tg.types.stride;
+      const int64_t q = tg.type_ids.data ? tg.type_ids.within(b, t, tg.type_rows, 0) : 0;
+      const float* __restrict ty = types + q * tg.types.stride;
       for (int64_t d = 0; d < D; ++d) x[d] = (w[d] + ty[d]) + ps[d];
     } else {
       for (int64_t d = 0; d < D; ++d) x[d] = w[d] + ps[d];

@@ -172,8 +172,11 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
   const Pos* pos = static_cast<const Pos*>(g.pos.data);
   const int64_t T = g.T, D = g.D, V = g.V, ts = g.tok.stride, ps = g.pos.stride;
   const int64_t row_bytes = D * static_cast<int64_t>(sizeof(Tok));
-  // The position row of token (b, t); pos must be set.
-  auto pos_row = [&](int64_t b, int64_t t) { return pos + (g.pos_ids.data ? g.pos_ids.at(b, t) : g.start + t) * ps; };
+  // The position row of token (b, t); pos must be set. Each id read once and
+  // bounded (Index::within), as the token id is below.
+  auto pos_row = [&](int64_t b, int64_t t) {
+    return pos + (g.pos_ids.data ? g.pos_ids.within(b, t, g.L, 0) : g.start + t) * ps;
+  };
   // A thread with at most kDecodeTokens tokens (a decode step, or a small
   // range of a team) prefetches all its rows at once, one line per 4 KiB page of each token and position row: enough to
   // start the page walks and the hardware's stream prefetch when the rows are

@@ -94,7 +94,7 @@ TOKPOS_ROPE_CLONES void rope_rows(const RopeApply& r, float* __restrict__ scratc
   const double factor = r.attention_factor, sin_factor = r.inverse ? -r.attention_factor : r.attention_factor;
   for (int64_t n = n0; n < n1; ++n) {
     const int64_t b = n / r.T, t = n % r.T;
-    const int64_t p = r.pos.at(b, t);
+    const int64_t p = r.pos.within(b, t, detail::kRopeMaxPosition, 0);
     cos_sin_row(p, t0, t1, half, factor, sin_factor, cs, sn);
     for (int64_t h = 0; h < r.H; ++h) {
       const E* xr = x + b * r.xsb + t * r.xst + h * r.xsh;

@@ -34,13 +34,13 @@ int64_t row_of(const Gather& g, int64_t b, int64_t t) {
 }
 
 int64_t position_of(const Gather& g, int64_t b, int64_t t) {
-  return g.pos_ids.data ? g.pos_ids.at(b, t) : g.start + t;
+  return g.pos_ids.data ? g.pos_ids.within(b, t, g.L, 0) : g.start + t;
 }
 
 void compose_forward_ref(const Gather& g, const Exec&) {
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t t = 0; t < g.T; ++t) {
-      const int64_t id = g.ids.at(b, t), ix = row_of(g, b, t), p = position_of(g, b, t);
+      const int64_t id = g.ids.at(b, t), ix = (id >= 0 && id < g.V) ? id : g.unk_id, p = position_of(g, b, t);
       const bool outside = g.zero_outside && ix != id;  // an id outside the vocab shard adds nothing
       for (int64_t d = 0; d < g.D; ++d) {
         float v;
@@ -60,7 +60,7 @@ void compose_typed_ref(const TypedGather& tg, const Exec&) {
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t t = 0; t < g.T; ++t) {
       const int64_t ix = row_of(g, b, t), p = position_of(g, b, t);
-      const int64_t ty = tg.type_ids.data ? tg.type_ids.at(b, t) : 0;
+      const int64_t ty = tg.type_ids.data ? tg.type_ids.within(b, t, tg.type_rows, 0) : 0;
       float* x = static_cast<float*>(g.out.data) + b * g.out.sb + t * g.out.st;
       for (int64_t d = 0; d < g.D; ++d) {
         float v = load(g.tok, ix, d);

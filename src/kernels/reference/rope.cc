@@ -30,7 +30,7 @@ void apply_rope_ref(const RopeApply& r, const Exec&) {
   const bool half_layout = r.layout == RopeLayout::kHalf;
   for (int64_t b = 0; b < r.B; ++b) {
     for (int64_t t = 0; t < r.T; ++t) {
-      const int64_t p = r.pos.at(b, t);
+      const int64_t p = r.pos.within(b, t, detail::kRopeMaxPosition, 0);
       for (int64_t h = 0; h < r.H; ++h) {
         const int64_t xo = b * r.xsb + t * r.xst + h * r.xsh;
         const int64_t oo = b * r.osb + t * r.ost + h * r.osh;
