@@ -347,13 +347,6 @@ def test_the_numpy_api_refuses_meta_tensors_by_name():
         _named_device_error(e.value, name)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
-def test_cuda_tensors_are_refused_by_name():
-    emb = tt.TokenEmbedding(6, 4)
-    with pytest.raises(ValueError, match="ids is on cuda"):
-        emb(torch.tensor([[1, 2]], device="cuda"))
-
-
 @pytest.mark.skipif(
     not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
     reason="torch.distributed with gloo is not available",
