@@ -15,24 +15,9 @@
 #include <iterator>
 #include <string>
 
+#include "run_command.h"
+
 namespace {
-
-struct Result {
-  int status;
-  std::string out;
-};
-
-// Runs the CLI with args through the shell; stderr is folded into out.
-Result run(const std::string& args) {
-  FILE* pipe = popen((std::string(TOKPOS_CLI) + " " + args + " 2>&1").c_str(), "r");
-  if (!pipe) return {-1, ""};
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int st = pclose(pipe);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -21,33 +21,12 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include "run_command.h"
 #include "tokpos/npy.h"
 #include "tokpos/position_table.h"
 #include "tokpos/tokpos.h"
 
 namespace {
-
-struct Result {
-  int status;
-  std::string out;
-};
-
-// Runs a shell command line (sh -c) as given; stderr is folded into out.
-Result run_shell(const std::string& line) {
-  FILE* pipe = popen((line + " 2>&1").c_str(), "r");
-  if (!pipe) return {-1, ""};
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int st = pclose(pipe);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-// Runs the CLI with args through the shell; stderr is folded into out.
-Result run(const std::string& args) {
-  return run_shell(std::string(TOKPOS_CLI) + " " + args);
-}
 
 nlohmann::json run_json(const std::string& args) {
   const auto r = run("demo --json " + args);

@@ -189,19 +189,23 @@ class Race : public ::testing::TestWithParam<Run> {
   tokpos::Context ctx;
 };
 
-TEST_P(Race, ForwardWithChangingPositionIds) {
+// The (B, T) forward while another thread changes the position ids
+// (positions) or the token ids.
+void forward_race(tokpos::Context& ctx, bool positions_change) {
   Table tok(kV, 1.0f), pos(kL, 1024.0f);
   std::vector<int64_t> ids = token_ids(), p = positions();
   std::vector<float> out(kN * kD);
   const TensorView vo(out.data(), DType::kF32, {kB, kT, kD}), vi(ids.data(), DType::kI64, {kB, kT}),
       vp(p.data(), DType::kI64, {kB, kT}), vt(tok.data(), DType::kF32, {kV, kD}),
       vpt(pos.data(), DType::kF32, {kL, kD});
-  const int ran = race(p, slots_of(kN), bad_rows(kL), [&] {
+  const int ran = race(positions_change ? p : ids, slots_of(kN), bad_rows(positions_change ? kL : kV), [&] {
     tokpos::ops::compose_forward(vo, vi, vt, vpt.get(), vp.get(), 0, {}, &ctx);
     expect_valid_rows(out);
   });
   EXPECT_GT(ran, 0);
 }
+
+TEST_P(Race, ForwardWithChangingPositionIds) { forward_race(ctx, true); }
 
 TEST_P(Race, ForwardWithChangingInt32PositionIds) {
   Table tok(kV, 1.0f), pos(kL, 1024.0f);
@@ -218,18 +222,7 @@ TEST_P(Race, ForwardWithChangingInt32PositionIds) {
   });
 }
 
-TEST_P(Race, ForwardWithChangingTokenIds) {
-  Table tok(kV, 1.0f), pos(kL, 1024.0f);
-  std::vector<int64_t> ids = token_ids(), p = positions();
-  std::vector<float> out(kN * kD);
-  const TensorView vo(out.data(), DType::kF32, {kB, kT, kD}), vi(ids.data(), DType::kI64, {kB, kT}),
-      vp(p.data(), DType::kI64, {kB, kT}), vt(tok.data(), DType::kF32, {kV, kD}),
-      vpt(pos.data(), DType::kF32, {kL, kD});
-  race(ids, slots_of(kN), bad_rows(kV), [&] {
-    tokpos::ops::compose_forward(vo, vi, vt, vpt.get(), vp.get(), 0, {}, &ctx);
-    expect_valid_rows(out);
-  });
-}
+TEST_P(Race, ForwardWithChangingTokenIds) { forward_race(ctx, false); }
 
 TEST_P(Race, BackwardWithChangingPositionIds) {
   Guarded d_tok(kV * kRowBytes), d_pos(kL * kRowBytes);

@@ -2,9 +2,12 @@
 // started with fork and exec, its printed URL read, stopped by a signal.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +21,20 @@
 #include <httplib.h>
 
 namespace serve_test {
+
+// A loopback TCP connection to port, or -1.
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 // Reads whatever is in fd until `until` is found or timeout_ms passes.
 std::string read_until(int fd, const std::string& until, int timeout_ms) {

@@ -438,15 +438,8 @@ TEST_F(Serve, OtherMethodsAre405Json) {
 
 // Connects to the server, sends bytes, and returns all it answers until it closes (5 s at most).
 std::string raw_exchange(int port, const std::string& bytes, bool half = false) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return "(connect failed)";
-  }
+  const int fd = serve_test::connect_to(port);
+  if (fd < 0) return "(connect failed)";
   (void)!send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   std::string got;
   if (!half) {
