@@ -6,7 +6,10 @@
  *   - tokpos_last_error() returns a message naming the function, the bad
  *     value and its limit (thread-local; kept until the next failure).
  * Shapes follow llm.c: B batch, T time, D width, V vocabulary, L max context.
- * All tables are row-major float32.
+ * Tables are row-major. The raw-pointer functions take float32 tables,
+ * except the _ex variants, which also take bfloat16 and float16 (uint16_t
+ * bits; see tokpos_dtype); the DLPack ops take float32, bfloat16 or float16
+ * tables and outputs. Gradients are float32.
  */
 #ifndef TOKPOS_TOKPOS_H
 #define TOKPOS_TOKPOS_H
