@@ -35,6 +35,13 @@ __all__ = [
 
 
 
+def _check_int64_max(x, name: str, unsigned: bool) -> None:
+    """An unsigned 64-bit array x (numpy or torch) holds nothing above int64's
+    maximum, or ValueError naming it: it becomes int64, which would wrap."""
+    if unsigned and 0 not in tuple(x.shape) and int(x.max()) > _INT64_MAX:
+        raise ValueError(f"{name} holds {int(x.max())}, above the int64 maximum {_INT64_MAX}")
+
+
 def _index_array(x, name: str, allow_bool: bool = False):
     """x as an int32 or int64 array the core reads: numpy arrays and torch
     tensors of those dtypes pass through; other integer arrays (and bool
@@ -51,8 +58,7 @@ def _index_array(x, name: str, allow_bool: bool = False):
         if (x.dtype == torch.bool and allow_bool) or not (
             x.dtype == torch.bool or x.is_floating_point() or x.is_complex()
         ):
-            if x.dtype == torch.uint64 and x.numel() and int(x.max()) > _INT64_MAX:
-                raise ValueError(f"{name} holds {int(x.max())}, above the int64 maximum {_INT64_MAX}")
+            _check_int64_max(x, name, x.dtype == torch.uint64)
             return x.to(torch.int64)
         raise ValueError(f"{name} has dtype {_dtype_name(x)}; expected {expected}")
     if isinstance(x, (list, tuple, numbers.Number)):
@@ -65,8 +71,7 @@ def _index_array(x, name: str, allow_bool: bool = False):
     if x.dtype in (np.int32, np.int64):
         return x
     if (x.dtype == np.bool_ and allow_bool) or np.issubdtype(x.dtype, np.integer):
-        if x.dtype == np.uint64 and x.size and int(x.max()) > _INT64_MAX:
-            raise ValueError(f"{name} holds {int(x.max())}, above the int64 maximum {_INT64_MAX}")
+        _check_int64_max(x, name, x.dtype == np.uint64)
         return x.astype(np.int64)
     raise ValueError(f"{name} has dtype {x.dtype}; expected {expected}")
 
