@@ -6,7 +6,7 @@ access outside the arrays it passed: the tables and the gradient sit inside
 larger arrays whose margins hold a sentinel (or zeros that must stay zero),
 so a row read or written past them shows, and every output must be a value
 the passed tables can make. Each case runs in a child process, bounded in
-time, so a crash fails the test instead of ending the session."""
+time, so a crash fails the test instead of ending the pytest run."""
 
 import subprocess
 import sys
