@@ -1,6 +1,7 @@
-"""Every code block of README.md runs as shown and prints what the README says.
+"""Every code block of README.md and docs/*.md runs as shown and prints what the page says.
 
-The convention (README.md follows it; a block that breaks it fails here):
+The convention (README.md and every docs/*.md page follow it; a block that
+breaks it fails here):
 
 - A fenced block tagged ```c, ```cpp, ```sh or ```python is a snippet, and
   it is run:
@@ -23,7 +24,8 @@ The convention (README.md follows it; a block that breaks it fails here):
   with any other tag must carry the not-run marker.
 
 The build directory is the one $TOKPOS_CLI lives in (build/bin/tokpos ->
-build/). The blocks run and left out are listed at the end of the run.
+build/). The blocks run and left out are listed at the end of the run, by
+page and line.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import pytest
 from conftest import REPO, cli_path
 
 README = REPO / "README.md"
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 RUNNERS = ("c", "cpp", "sh", "python")
 MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->$")
 NOT_RUN = re.compile(r"^not run \((.+)\)$")
@@ -49,6 +52,7 @@ TIMEOUT_S = 120
 
 @dataclasses.dataclass
 class Block:
+    page: str  # the markdown file, relative to the repository
     line: int  # 1-based line of the opening fence
     lang: str
     code: str
@@ -57,10 +61,10 @@ class Block:
 
     @property
     def name(self) -> str:
-        return f"README.md:{self.line}:{self.lang}"
+        return f"{self.page}:{self.line}:{self.lang}"
 
 
-def parse(text: str) -> list[Block]:
+def parse(text: str, page: str = "README.md") -> list[Block]:
     """The fenced blocks of text, each with the marker just before it."""
     lines = text.split("\n")
     blocks: list[Block] = []
@@ -80,8 +84,8 @@ def parse(text: str) -> list[Block]:
                 body.append(lines[i])
                 i += 1
             if i == len(lines):
-                raise AssertionError(f"README.md:{start + 1}: the block opened here is never closed")
-            blocks.append(Block(start + 1, lang, "\n".join(body) + "\n", marker))
+                raise AssertionError(f"{page}:{start + 1}: the block opened here is never closed")
+            blocks.append(Block(page, start + 1, lang, "\n".join(body) + "\n", marker))
             marker = None
         elif line:
             marker = None
@@ -90,8 +94,14 @@ def parse(text: str) -> list[Block]:
 
 
 def snippets() -> list[Block]:
-    """The snippets, each with its expected output; checks the convention."""
-    blocks = parse(README.read_text(encoding="utf-8"))
+    """The snippets of every page, each with its expected output; checks the convention."""
+    out: list[Block] = []
+    for page in PAGES:
+        out += _page_snippets(parse(page.read_text(encoding="utf-8"), str(page.relative_to(REPO))))
+    return out
+
+
+def _page_snippets(blocks: list[Block]) -> list[Block]:
     out: list[Block] = []
     for k, b in enumerate(blocks):
         if b.marker == "output":
@@ -119,12 +129,12 @@ _not_run: list[str] = []
 
 
 class _Summary:
-    """Lists, in the terminal summary, the README lines whose blocks ran and not."""
+    """Lists, in the terminal summary, the pages' blocks that ran and those left out."""
 
     def pytest_terminal_summary(self, terminalreporter):
         if _ran or _not_run:
-            terminalreporter.write_line("README snippets run (line, tag): " + (", ".join(_ran) or "none"))
-            terminalreporter.write_line("README snippets not run: " + (", ".join(_not_run) or "none"))
+            terminalreporter.write_line("doc snippets run (page:line, tag): " + (", ".join(_ran) or "none"))
+            terminalreporter.write_line("doc snippets not run: " + (", ".join(_not_run) or "none"))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -214,7 +224,7 @@ def _python(block: Block, build: pathlib.Path, tmp: pathlib.Path) -> str:
 
 
 def test_the_readme_has_snippets_of_every_kind():
-    run = {b.lang for b in SNIPPETS if b.marker is None}
+    run = {b.lang for b in SNIPPETS if b.marker is None and b.page == "README.md"}
     assert run >= {"c", "cpp", "sh", "python"}, f"run blocks by language: {sorted(run)}"
     assert all(b.expected is not None for b in SNIPPETS if b.marker is None and b.lang != "sh"), (
         "every program and Python snippet shows what it prints (<!-- snippet: output -->)"
@@ -226,15 +236,15 @@ def test_every_block_left_out_says_why():
         if b.marker is not None:
             reason = NOT_RUN.match(b.marker).group(1).strip()
             assert reason, f"{b.name}: a not-run marker needs its reason"
-            _not_run.append(f"{b.line} ({b.lang}: {reason})")
+            _not_run.append(f"{b.page}:{b.line} ({b.lang}: {reason})")
 
 
 @pytest.mark.parametrize("block", [b for b in SNIPPETS if b.marker is None], ids=lambda b: b.name)
 def test_snippet(block: Block, build_dir: pathlib.Path, tmp_path: pathlib.Path):
     run = {"c": _program, "cpp": _program, "sh": _shell, "python": _python}[block.lang]
     printed = run(block, build_dir, tmp_path)
-    _ran.append(f"{block.line} ({block.lang})")
+    _ran.append(f"{block.page}:{block.line} ({block.lang})")
     if block.expected is not None:
         assert printed == block.expected, (
-            f"{block.name} printed\n{printed}\nbut the README shows\n{block.expected}"
+            f"{block.name} printed\n{printed}\nbut {block.page} shows\n{block.expected}"
         )
