@@ -4,7 +4,7 @@
 # Usage: tools/ensure-deps.sh [extra-package ...]
 set -euo pipefail
 
-# Why each one is here (the README's "Dependencies" section says the same):
+# Why each one is here (docs/dependencies.md says the same):
 #   cmake, make, g++, pkg-config : the build itself (pkg-config for the installed-package test)
 #   libgtest-dev                 : the C++ test suite (GoogleTest, run through ctest)
 #   libbenchmark-dev             : `make bench` microbenchmarks (Google Benchmark)
