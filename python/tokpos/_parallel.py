@@ -30,7 +30,7 @@ group argument); the kernels it calls are the core's shard ops.
 Every id is checked against [0, V) by the kernel before any communication:
 ids being the same on every rank (they are replicated, as in Megatron), a bad
 id raises the same IndexError on every rank and no rank waits in a
-collective. Positions are checked before communication too.
+collective. Positions are checked by the same kernel call, before communication too.
 """
 
 from __future__ import annotations
@@ -43,22 +43,19 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from . import _core
+from ._arrays import INT64_MIN as _INT64_MIN
 from ._arrays import real as _real
-from .torch import (
-    _PositionalEmbedding,
-    _check_composer_parts,
-    _check_int,
-    _check_seed,
-    _lazy_zeros,
-    _plain,
-    _position_error,
-    _require_cpu,
-)
+from ._torch_modules import PositionalEmbedding as _PositionalEmbedding
+from ._torch_modules import check_composer_parts as _check_composer_parts
+from ._torch_modules import check_int as _check_int
+from ._torch_modules import check_seed as _check_seed
+from ._torch_ops import lazy_zeros as _lazy_zeros
+from ._torch_ops import plain as _plain
+from ._torch_ops import require_cpu as _require_cpu
 
 __all__ = ["VocabParallelComposer", "VocabParallelEmbedding"]
 
 _F32 = torch.float32
-_INDEX_DTYPES = (torch.int32, torch.int64)
 
 # Whether the group's backend reduce-scatters (gloo does in torch 2.x; one
 # that raises is remembered and gets all_reduce + a local slice instead).
@@ -133,8 +130,18 @@ class _VocabParallelCompose(torch.autograd.Function):
         # view of it (innermost stride 1).
         buf = torch.empty((T, B, D) if sp else (B, T, D), dtype=_F32)
         partial = buf.permute(1, 0, 2) if sp else buf
+        # The kernel checks the ids, and the positions (start + t, or
+        # position_ids) against the position table's L rows, before any
+        # communication and alike on every rank. It gets a table of L zero
+        # rows for that (a stride-0 view of one row: x + 0 is x, bar a -0,
+        # which the sum may make +0 anyway); the real rows are added after
+        # the reduction.
+        zeros = None
+        if pos_table is not None:
+            zeros = torch.zeros((1, D), dtype=_F32).expand(pos_table.shape[0], D)
         _core.compose_shard(
-            partial, _plain(ids), _plain(shard), vpe.vocab_size, vpe.row_begin, None, None, 0, where
+            partial, _plain(ids), _plain(shard), vpe.vocab_size, vpe.row_begin, zeros, _plain(position_ids),
+            start, where,
         )
         if sp:
             chunk = T // world
@@ -198,10 +205,10 @@ class _VocabParallelCompose(torch.autograd.Function):
 
 
 def _check_ids(ids, where: str) -> Tensor:
+    """ids as the modules reshape them (a CPU tensor, (B, T) or (T)); the
+    kernel checks the rest (dtype, values) before any communication."""
     if not isinstance(ids, Tensor):
         raise ValueError(f"{where}: ids must be a torch tensor, got {type(ids).__name__}")
-    if ids.dtype not in _INDEX_DTYPES:
-        raise ValueError(f"{where}: ids must be int32 or int64, got {ids.dtype}")
     if ids.dim() not in (1, 2):
         raise ValueError(f"{where}: ids must be (B, T) or (T), got {ids.dim()}-D")
     _require_cpu(where, ("ids",), ids)
@@ -400,7 +407,7 @@ class VocabParallelComposer(nn.Module):
         where = "tokpos.torch.VocabParallelComposer"
         ids = _check_ids(ids, where)
         _require_cpu(where, ("token.weight", "position.weight"), self.token.weight, self.position.weight)
-        start = _check_int("start", start, 0)
+        start = _check_int("start", start, _INT64_MIN)  # an int64 for the kernel, which checks its range
         flat = ids.dim() == 1
         ids2 = ids.unsqueeze(0) if flat else ids
         T = ids2.shape[1]
@@ -409,23 +416,13 @@ class VocabParallelComposer(nn.Module):
             raise ValueError(
                 f"{where}: sequence_parallel needs the sequence length T = {T} to divide by the world size {world}"
             )
-        L = self.position.max_context_length
         pos2 = None
         if position_ids is not None:
-            if not isinstance(position_ids, Tensor) or position_ids.dtype not in _INDEX_DTYPES:
-                raise ValueError(f"{where}: position_ids must be an int32 or int64 tensor")
+            if not isinstance(position_ids, Tensor):
+                raise ValueError(f"{where}: position_ids must be a torch tensor, got {type(position_ids).__name__}")
             _require_cpu(where, ("position_ids",), position_ids)
-            if tuple(position_ids.shape) != tuple(ids.shape):
-                raise ValueError(
-                    f"{where}: position_ids has shape {tuple(position_ids.shape)} but ids has {tuple(ids.shape)}"
-                )
-            pos2 = position_ids.unsqueeze(0) if flat else position_ids
-            if pos2.numel() and int(pos2.min()) < 0:
-                raise IndexError(f"{where}: position {int(pos2.min())} is negative")
-        # Checked before any communication, identically on every rank.
-        message = _position_error(where, L, pos2, 0 if pos2 is not None else start, T)
-        if message is not None:
-            raise IndexError(message)
+            pos2 = position_ids.unsqueeze(0) if flat and position_ids.dim() == 1 else position_ids
+        # The kernel checks ids and positions before any communication.
         out = _VocabParallelCompose.apply(
             ids2, self.token.weight, self.position.weight, pos2, start, (self.token, self.sequence_parallel)
         )

@@ -115,3 +115,18 @@ def ambiguous(ref64: np.ndarray, dtype, positions: np.ndarray) -> np.ndarray:
     frac = np.abs(ref64 - r) / ulp  # in [0, 0.5]
     err = 8 * np.finfo(np.float64).eps * (np.abs(positions) + np.abs(ref64))
     return np.abs(frac - 0.5) * ulp < err
+
+
+def tokpos_torch():
+    """tokpos.torch, or a skip of the calling test module with tokpos.torch's
+    own ImportError as the reason (torch missing, or older than tokpos.torch
+    needs), so a suite run with such a torch skips these files, saying why
+    (-rs), instead of failing at collection. Any other ImportError (tokpos
+    itself not built) is raised."""
+    try:
+        import tokpos.torch as tt
+    except ImportError as e:
+        if (e.name or "").partition(".")[0] != "torch":
+            raise
+        pytest.skip(f"tokpos.torch cannot be imported: {e}", allow_module_level=True)
+    return tt

@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch", reason="the side-by-side benchmarks compare against torch")
+from conftest import tokpos_torch
+
+tokpos_torch()  # the side-by-side benchmarks run tokpos.torch against torch: or a skip saying why
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

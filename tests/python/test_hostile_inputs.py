@@ -182,8 +182,10 @@ def test_the_limits_themselves_are_accepted():
 
 # ---- tokpos.torch ---------------------------------------------------------------------------
 
-torch = pytest.importorskip("torch", reason="tokpos.torch needs torch (pip install torch)")
-import tokpos.torch as tt  # noqa: E402
+from conftest import tokpos_torch  # noqa: E402
+
+tt = tokpos_torch()  # or a skip saying why (torch missing or too old)
+import torch  # noqa: E402
 
 
 @pytest.mark.parametrize(

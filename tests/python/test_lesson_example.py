@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch", reason="torch is not installed (pip install torch): examples/lesson.py needs tokpos.torch")
+from conftest import tokpos_torch
+
+tokpos_torch()  # examples/lesson.py needs tokpos.torch: or a skip saying why (torch missing or too old)
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "examples" / "lesson.py"
 

@@ -40,7 +40,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, cli_path
+from conftest import REPO, cli_path, tokpos_torch
 
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
@@ -218,6 +218,8 @@ def _python(block: Block, build: pathlib.Path, tmp: pathlib.Path) -> str:
             import torch  # noqa: F401
         except ImportError:
             pytest.skip(f"{block.name} imports torch, which is not installed")
+    if re.search(r"^\s*(import|from)\s+tokpos\.torch\b", block.code, re.M):
+        tokpos_torch()  # or a skip saying why (torch too old)
     src = tmp / "snippet.py"
     src.write_text(block.code)
     return _run([sys.executable, str(src)], tmp, f"{block.name}: python")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tokpos
+from conftest import tokpos_torch
 
 
 @pytest.mark.parametrize("dim", [2**62, 2**40, 2**20 + 2, 2**63 - 2])
@@ -88,7 +89,7 @@ def test_rope_type_and_type_that_disagree_are_refused_naming_both():
 
 
 def test_torch_rotary_embedding_reads_the_type_by_the_same_rule():
-    tt = pytest.importorskip("tokpos.torch")
+    tt = tokpos_torch()
     scaling = {"rope_type": "linear", "type": "dynamic", "factor": 2.0, "max_position_embeddings": 16}
     with pytest.raises(ValueError, match="disagree"):
         tt.RotaryEmbedding(8, scaling=scaling)

@@ -16,7 +16,10 @@ import stat
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="tokpos.torch needs torch (pip install torch)")
+from conftest import tokpos_torch
+
+tokpos_torch()  # or a skip saying why (torch missing or too old)
+torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from tokpos import _core  # noqa: E402

@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip(
-    "torch", reason="torch is not installed (pip install torch): tokpos.torch and these tests need it"
-)
+from conftest import tokpos_torch
+
+tt = tokpos_torch()  # or a skip saying why (torch missing or too old)
 
 import tokpos  # noqa: E402
-import tokpos.torch as tt  # noqa: E402
+import torch  # noqa: E402
 
 B, T, H, DH = 2, 5, 3, 8
 EPS32 = 2.0**-24

@@ -13,10 +13,12 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="tokpos.torch needs torch (pip install torch)")
+from conftest import tokpos_torch
+
+tt = tokpos_torch()  # or a skip saying why (torch missing or too old)
+torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-import tokpos.torch as tt  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "dist_vocab_parallel_worker.py"

@@ -1,0 +1,345 @@
+"""tokpos.torch's custom operators and the one way into the compose kernel
+(private: the public names are tokpos.torch's).
+
+    compose(...)       the modules' entry: the kernel directly when nothing
+                       needs autograd or the compiler, else tokpos::compose
+    tokpos::compose, tokpos::compose_backward, tokpos::token_grad_rows
+                       torch.library custom ops, their fake kernels and the
+                       autograd of tokpos::compose
+
+torch is checked first: tokpos.torch needs torch.library.custom_op (torch
+2.4), and an older torch gets an ImportError naming both versions before any
+newer API is touched.
+"""
+
+from __future__ import annotations
+
+import re
+
+MIN_TORCH = (2, 4)
+_MIN_TORCH_TEXT = ".".join(map(str, MIN_TORCH))
+
+try:
+    import torch
+except ModuleNotFoundError as e:
+    if e.name != "torch":
+        raise
+    raise ModuleNotFoundError(
+        f"tokpos.torch needs torch >= {_MIN_TORCH_TEXT}, which is not installed (pip install 'torch>={_MIN_TORCH_TEXT}')",
+        name="torch",
+    ) from None
+
+
+def _version_tuple(version: str) -> tuple:
+    """(major, minor) of a torch version string ("2.4.0+cpu", "2.5.0a0+git12ab", "1.13.1"); (0, 0) if unreadable."""
+    m = re.match(r"\s*(\d+)\.(\d+)", str(version))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+_FOUND = getattr(torch, "__version__", "unknown")
+if _version_tuple(_FOUND) < MIN_TORCH:
+    raise ImportError(
+        f"tokpos.torch needs torch >= {_MIN_TORCH_TEXT} (torch.library.custom_op), but found torch {_FOUND} "
+        f"at {getattr(torch, '__file__', None) or 'an unknown path'}; upgrade it (pip install 'torch>={_MIN_TORCH_TEXT}')",
+        name="torch",
+    )
+
+from typing import Optional  # noqa: E402
+
+import numpy as np  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from . import _core  # noqa: E402
+from ._arrays import require_cpu as _require_cpu_one  # noqa: E402
+
+F32 = torch.float32
+# The where of every error the compose kernel raises, eager or not: the
+# custom op cannot carry a module's name, so the eager fast path, autograd
+# and torch.compile all say the op's, with the core's words after it.
+KERNEL = "tokpos::compose"
+COMPOSE_NAMES = ("ids", "token_table", "pos_table", "position_ids")
+
+
+def require_cpu(where: str, names: tuple, *tensors) -> None:
+    """ValueError naming the first tensor not on the CPU: tokpos's kernels
+    read and write host memory only. Called by every entry point before a
+    kernel or an operator runs, and by the operators' fake kernels (which
+    torch.compile traces and which the dispatcher also runs for meta
+    tensors), so a meta or device tensor is refused eagerly, under autograd
+    and under torch.compile alike, and never gets an uninitialised result."""
+    for name, t in zip(names, tensors):
+        if t is not None and t.device.type != "cpu":
+            _require_cpu_one(t, name, where)
+
+
+def plain(t: Optional[Tensor]) -> Optional[Tensor]:
+    """t as the kernels read it: detached (DLPack refuses tensors that
+    require grad; detach shares the memory) and with innermost stride 1
+    (copied only when it is not)."""
+    if t is None:
+        return None
+    if t.requires_grad:
+        t = t.detach()
+    if t.dim() > 0 and t.stride(-1) != 1 and t.numel() > 0:
+        t = t.contiguous()
+    return t
+
+
+def lazy_zeros(rows: int, dim: int) -> Tensor:
+    """A zeroed float32 (rows, dim) tensor whose pages the kernel provides
+    already zero: numpy's zeros is calloc, which for a large block maps fresh
+    zero pages instead of writing zeros. torch.zeros writes every byte (and
+    faults every page in) even though the backward then touches only the rows
+    the batch used; for GPT-2's 154 MB token gradient that write is most of a
+    training step's embedding time. The untouched rows stay the kernel's zero
+    page until something reads them (the first read of each page is a minor
+    fault, not a 4 KiB write)."""
+    return torch.from_numpy(np.zeros((rows, dim), dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------
+# The kernel, called once.
+
+# tokpos::DType codes (tokpos/dtype.h) for _core.compose_raw.
+_TABLE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_INDEX_CODES = {torch.int32: 3, torch.int64: 4}
+
+
+def _raw_args(ids: Tensor, token_table: Tensor, pos_table: Optional[Tensor], position_ids: Optional[Tensor]):
+    """The addresses, shapes and dtype codes of _core.compose_raw, or None
+    when the tensors are not contiguous CPU tensors of the kernel's dtypes
+    and agreeing shapes (then every address would not cover the extent the
+    core is told, and the DLPack call, which reads strides too, takes them)."""
+    tc = _TABLE_CODES.get(token_table.dtype)
+    ic = _INDEX_CODES.get(ids.dtype)
+    if tc is None or ic is None or token_table.dim() != 2:
+        return None
+    if not (token_table.is_cpu and ids.is_cpu and token_table.is_contiguous() and ids.is_contiguous()):
+        return None
+    nd = ids.dim()
+    if nd == 2:
+        B, T = ids.shape
+    elif nd == 1:
+        B, T = -1, ids.shape[0]
+    else:
+        return None
+    V, D = token_table.shape
+    L = pc = pp = qc = qp = 0
+    if pos_table is not None:
+        pc = _TABLE_CODES.get(pos_table.dtype)
+        if pc is None or pos_table.dim() != 2 or pos_table.shape[1] != D:
+            return None
+        if not (pos_table.is_cpu and pos_table.is_contiguous()):
+            return None
+        L = pos_table.shape[0]
+        pp = pos_table.data_ptr()
+        if pp == 0:  # an empty table: 0 would mean "no table"
+            return None
+    if position_ids is not None:
+        qc = _INDEX_CODES.get(position_ids.dtype)
+        if qc is None or position_ids.shape != ids.shape:
+            return None
+        if not (position_ids.is_cpu and position_ids.is_contiguous()):
+            return None
+        qp = position_ids.data_ptr()
+    return ic, B, T, tc, V, D, pp, pc, L, qp, qc
+
+
+def compose_kernel(
+    ids: Tensor,
+    token_table: Tensor,
+    pos_table: Optional[Tensor],
+    position_ids: Optional[Tensor],
+    start: int,
+    cpu_where: str = KERNEL,
+) -> Tensor:
+    """out = token_table[ids] + pos_table[position] in a new tensor, by ONE
+    call of the core's compose, which validates everything (dtypes, shapes,
+    ids, positions) and names the problem. Contiguous CPU tensors go by
+    address (_core.compose_raw: DLPack capsules cost more than a decode
+    step's kernel); any other tensors by DLPack (_core.compose), after the
+    check the core cannot make (every tensor on the CPU; cpu_where names
+    the caller in that message). The custom op's body and the eager fast
+    path both run this."""
+    raw = _raw_args(ids, token_table, pos_table, position_ids)
+    if raw is not None:
+        ic, B, T, tc, V, D, pp, pc, L, qp, qc = raw
+        out = torch.empty((T, D) if B < 0 else (B, T, D), dtype=token_table.dtype)
+        _core.compose_raw(
+            out.data_ptr(), ids.data_ptr(), ic, B, T, token_table.data_ptr(), tc, V, D, pp, pc, L, qp, qc, start, KERNEL
+        )
+        return out
+    require_cpu(cpu_where, COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
+    shape = [*ids.shape, token_table.shape[-1]] if token_table.dim() else list(ids.shape)
+    out = torch.empty(shape, dtype=token_table.dtype)
+    _core.compose(out, plain(ids), plain(token_table), plain(pos_table), plain(position_ids), start, -1, KERNEL)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Custom operators.
+#
+# tokpos::compose carries padding_idx and sparse only for its backward (they
+# do not change the forward's result). tokpos::compose_backward returns both
+# table gradients from one kernel call; a size of 0 means "not wanted" and
+# gives a (0, D) tensor in that slot.
+
+
+@torch.library.custom_op("tokpos::compose", mutates_args=(), device_types="cpu")
+def _compose_op(
+    ids: Tensor,
+    token_table: Tensor,
+    pos_table: Optional[Tensor],
+    position_ids: Optional[Tensor],
+    start: int,
+    padding_idx: int,
+    sparse: bool,
+) -> Tensor:
+    """out = token_table[ids] + pos_table[position] (position_ids, or
+    start + t), summed in float32 and rounded once to token_table's dtype."""
+    return compose_kernel(ids, token_table, pos_table, position_ids, start)
+
+
+@_compose_op.register_fake
+def _compose_fake(ids, token_table, pos_table, position_ids, start, padding_idx, sparse):
+    require_cpu("tokpos::compose", COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
+    torch._check(token_table.dim() == 2, lambda: "tokpos::compose: token_table must be 2-D")
+    torch._check(ids.dim() in (1, 2), lambda: "tokpos::compose: ids must be 1-D or 2-D")
+    return token_table.new_empty([*ids.shape, token_table.shape[1]])
+
+
+@torch.library.custom_op("tokpos::compose_backward", mutates_args=(), device_types="cpu")
+def _compose_backward_op(
+    d_out: Tensor,
+    ids: Tensor,
+    position_ids: Optional[Tensor],
+    start: int,
+    vocab_size: int,
+    pos_rows: int,
+    padding_idx: int,
+) -> tuple[Tensor, Tensor]:
+    """The float32 gradients of tokpos::compose: d_token_table (vocab_size, D)
+    and d_pos_table (pos_rows, D), each summed per row in increasing (b, t)
+    order. vocab_size or pos_rows 0: that gradient is not computed (a (0, D)
+    tensor). padding_idx >= 0: that token row gets no gradient."""
+    dim = d_out.shape[-1]
+    d_tok = lazy_zeros(vocab_size, dim)
+    d_pos = lazy_zeros(pos_rows, dim)
+    if vocab_size or pos_rows:
+        _core.compose_backward(
+            d_tok if vocab_size else None,
+            d_pos if pos_rows else None,
+            plain(d_out.to(F32)),
+            plain(ids),
+            plain(position_ids),
+            start,
+            padding_idx,
+            -1,
+            "tokpos::compose_backward",
+        )
+    return d_tok, d_pos
+
+
+@_compose_backward_op.register_fake
+def _compose_backward_fake(d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx):
+    require_cpu("tokpos::compose_backward", ("d_out", "ids", "position_ids"), d_out, ids, position_ids)
+    dim = d_out.shape[-1]
+    return d_out.new_empty((vocab_size, dim), dtype=F32), d_out.new_empty((pos_rows, dim), dtype=F32)
+
+
+@torch.library.custom_op("tokpos::token_grad_rows", mutates_args=(), device_types="cpu")
+def _token_grad_rows_op(d_out: Tensor, ids: Tensor, vocab_size: int, padding_idx: int) -> tuple[Tensor, Tensor]:
+    """The token gradient as a sparse matrix: rows (U,) int64, the touched
+    rows sorted and unique (padding_idx left out), and values (U, D)
+    float32, the same bits the dense backward adds to a zeroed table."""
+    plan = _core.row_plan(plain(ids), vocab_size, padding_idx, "tokpos::token_grad_rows")
+    rows = torch.empty((plan.num_touched,), dtype=torch.int64)
+    values = torch.empty((plan.num_touched, d_out.shape[-1]), dtype=F32)
+    plan.touched_rows(rows)
+    plan.gradient_rows(values, plain(d_out.to(F32)))
+    return rows, values
+
+
+@_token_grad_rows_op.register_fake
+def _token_grad_rows_fake(d_out, ids, vocab_size, padding_idx):
+    require_cpu("tokpos::token_grad_rows", ("d_out", "ids"), d_out, ids)
+    touched = torch.library.get_ctx().new_dynamic_size()
+    return (
+        d_out.new_empty((touched,), dtype=torch.int64),
+        d_out.new_empty((touched, d_out.shape[-1]), dtype=F32),
+    )
+
+
+def _compose_setup_context(ctx, inputs, output):
+    ids, token_table, pos_table, position_ids, start, padding_idx, sparse = inputs
+    ctx.save_for_backward(ids, position_ids)
+    ctx.start = start
+    ctx.padding_idx = padding_idx
+    ctx.sparse = sparse
+    ctx.vocab_size = token_table.shape[0]
+    ctx.token_dtype = token_table.dtype
+    ctx.pos_rows = pos_table.shape[0] if pos_table is not None else 0
+    ctx.pos_dtype = pos_table.dtype if pos_table is not None else None
+
+
+def _compose_backward(ctx, d_out):
+    ids, position_ids = ctx.saved_tensors
+    want_tok = ctx.needs_input_grad[1]
+    want_pos = ctx.needs_input_grad[2]
+    d_tok = d_pos = None
+    if want_tok and ctx.sparse:
+        rows, values = _token_grad_rows_op(d_out, ids, ctx.vocab_size, ctx.padding_idx)
+        d_tok = torch.sparse_coo_tensor(
+            rows.unsqueeze(0),
+            values.to(ctx.token_dtype),
+            (ctx.vocab_size, d_out.shape[-1]),
+            is_coalesced=True,
+            check_invariants=False,
+        )
+        want_tok = False
+    if want_tok or want_pos:
+        g_tok, g_pos = _compose_backward_op(
+            d_out,
+            ids,
+            position_ids,
+            ctx.start,
+            ctx.vocab_size if want_tok else 0,
+            ctx.pos_rows if want_pos else 0,
+            ctx.padding_idx,
+        )
+        if want_tok:
+            d_tok = g_tok.to(ctx.token_dtype)
+        if want_pos:
+            d_pos = g_pos.to(ctx.pos_dtype)
+    return None, d_tok, d_pos, None, None, None, None
+
+
+_compose_op.register_autograd(_compose_backward, setup_context=_compose_setup_context)
+
+
+# ---------------------------------------------------------------------------
+# The modules' entry point.
+
+
+def compose(
+    ids: Tensor,
+    token_table: Tensor,
+    pos_table: Optional[Tensor],
+    position_ids: Optional[Tensor],
+    start: int,
+    padding_idx: int,
+    sparse: bool,
+    where: str,
+) -> Tensor:
+    """The modules' one way in: the custom op when autograd or the compiler
+    needs it, else compose_kernel directly (the inference fast path: one
+    kernel call plus the output's allocation, no dispatcher). Both end in
+    the core's one validation, so an error reads the same either way; where
+    names the module only in the CPU check, made before the op runs."""
+    if torch.compiler.is_compiling() or (
+        torch.is_grad_enabled()
+        and (token_table.requires_grad or (pos_table is not None and pos_table.requires_grad))
+    ):
+        require_cpu(where, COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
+        return _compose_op(ids, token_table, pos_table, position_ids, start, padding_idx, sparse)
+    return compose_kernel(ids, token_table, pos_table, position_ids, start, where)
