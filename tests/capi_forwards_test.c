@@ -175,7 +175,8 @@ static void op_compose_forward_shard(void) {
   tokpos_status st = tokpos_op_compose_forward_shard(&oa, &i, &t0, V, 0, &pt, NULL, 0);
   st |= tokpos_op_compose_forward_shard(&ob, &i, &t1, V, 20, NULL, NULL, 0);
   for (int n = 0; n < N; ++n) sum[n] = a[n] + b[n];
-  CHECK("op_compose_forward_shard: two shards summed = the loop, bit for bit", st == TOKPOS_OK && same_bits(sum, want, N));
+  CHECK("op_compose_forward_shard: two shards summed = the loop, bit for bit",
+        st == TOKPOS_OK && same_bits(sum, want, N));
   DLTensor canary = tensor(g_out.f, kF32, 3, oshape), odd = tensor(g_out.bytes + 1, kF32, 3, oshape);
   fill_canary();
   REFUSALS("op_compose_forward_shard", TOKPOS_ID_OUT_OF_RANGE,

@@ -59,7 +59,6 @@ static_assert(static_cast<int>(Status::kPositionOutOfRange) == TOKPOS_POSITION_O
 
 using tokpos::capi::g_last_error;
 using tokpos::capi::guard;
-using tokpos::capi::record;
 using tokpos::capi::Size;
 using tokpos::capi::span_of;
 using tokpos::capi::tensor_arg;
@@ -71,6 +70,18 @@ template <typename H>
 H& handle(const char* fn, H* h) {
   tokpos::detail::check_not_null(fn, "handle", h);
   return *h;
+}
+
+// C's "-1: none" for an optional row; any other value goes to the callee, which checks it.
+std::optional<int64_t> optional_row(int64_t row) {
+  return row == -1 ? std::nullopt : std::optional<int64_t>(row);
+}
+
+// A dtype argument of the raw-pointer API, in [0, max].
+DType dtype_arg(const char* fn, const char* name, tokpos_dtype d, tokpos_dtype max) {
+  if (d < TOKPOS_DTYPE_F32 || d > max)
+    fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ", static_cast<int>(max), "]");
+  return static_cast<DType>(d);
 }
 
 tokpos::IdPolicy to_policy(const char* fn, tokpos_id_policy policy, int64_t unk_id) {
@@ -129,13 +140,16 @@ tokpos_status tokpos_embedding_forward(const int64_t* token_ids, int64_t seq_len
                                        int64_t vocab_size, int64_t hidden_dim, int64_t unk_id, float* out) {
   constexpr const char* fn = "tokpos_embedding_forward";
   return guard(fn, [&] {
-    const bool used = seq_len > 0;  // the seed's contract: seq_len 0 succeeds, writing nothing
+    // The seed's contract: seq_len 0 succeeds, writing nothing, with any sizes >= 0.
+    const bool used = seq_len > 0;
+    const int64_t least = used ? 1 : 0;
     const TensorView ids = tensor_of(fn, "token_ids", token_ids, DType::kI64, {{"seq_len", seq_len}}, used);
     const TensorView tok = tensor_of(fn, "token_table", token_table, DType::kF32,
-                                     {{"vocab_size", vocab_size, used}, {"hidden_dim", hidden_dim, used}}, used);
-    const TensorView o = tensor_of(fn, "out", out, DType::kF32, {{"seq_len", seq_len}, {"hidden_dim", hidden_dim}}, used);
+                                     {{"vocab_size", vocab_size, least}, {"hidden_dim", hidden_dim, least}}, used);
+    const TensorView o =
+        tensor_of(fn, "out", out, DType::kF32, {{"seq_len", seq_len}, {"hidden_dim", hidden_dim}}, used);
     if (!used) return;
-    // The lab has no "no UNK": -1 would mean exactly that to the op.
+    // The lab always maps to UNK; a negative unk_id would mean "no UNK" to the op.
     if (unk_id < 0) fail(Status::kInvalidArgument, fn, "unk_id ", unk_id, " is outside [0, ", vocab_size, ")");
     const int64_t n_out = seq_len * hidden_dim;
     // The lab's PE rows, then the one compose op with the UNK fallback.
@@ -164,17 +178,14 @@ tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t 
     if (layout < TOKPOS_LAYOUT_INTERLEAVED || layout > TOKPOS_LAYOUT_GGML) {
       fail(Status::kInvalidArgument, fn, "layout ", static_cast<int>(layout), " is outside [0, 4]");
     }
-    if (dtype < TOKPOS_DTYPE_F32 || dtype > TOKPOS_DTYPE_F16) {
-      fail(Status::kInvalidArgument, fn, "dtype ", static_cast<int>(dtype), " is outside [0, 2]");
-    }
-    const auto d = static_cast<DType>(dtype);
-    tokpos::capi::check_buffer(fn, "out", out, tokpos::capi::count_of(fn, {{"max_context", max_context, 1}, {"dim", dim, 1}}),
-                               tokpos::dtype_size(d));
+    const DType d = dtype_arg(fn, "dtype", dtype, TOKPOS_DTYPE_F16);
+    const int64_t n = tokpos::capi::count_of(fn, {{"max_context", max_context, 1}, {"dim", dim, 1}});
+    tokpos::capi::check_buffer(fn, "out", out, n, tokpos::dtype_size(d));
     tokpos::TableOptions o{
         .layout = static_cast<tokpos::Layout>(layout),
         .base = base,
         .min_timescale = min_timescale,
-        .padding_idx = padding_idx == -1 ? std::nullopt : std::optional<int64_t>(padding_idx)};
+        .padding_idx = optional_row(padding_idx)};
     tokpos::position_table(out, d, max_context, dim, start, o);
   });
 }
@@ -182,13 +193,6 @@ tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t 
 }  // extern "C"
 
 namespace {
-// A dtype argument of the raw-pointer API, in [0, max].
-DType dtype_arg(const char* fn, const char* name, tokpos_dtype d, tokpos_dtype max) {
-  if (d < TOKPOS_DTYPE_F32 || d > max)
-    fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ", static_cast<int>(max), "]");
-  return static_cast<DType>(d);
-}
-
 // tokpos_compose_forward(_ex): the raw buffers as views, then the op. B = 0
 // or T = 0 writes nothing and succeeds, NULL buffers included.
 tokpos_status compose_forward_shim(const char* fn, void* out, tokpos_dtype out_dtype, const int64_t* ids, int64_t B,
@@ -196,13 +200,13 @@ tokpos_status compose_forward_shim(const char* fn, void* out, tokpos_dtype out_d
                                    const void* pos_table, tokpos_dtype pos_dtype, int64_t L, int64_t D) {
   return guard(fn, [&] {
     const bool used = B > 0 && T > 0;
-    const TensorView o = tensor_of(fn, "out", out, dtype_arg(fn, "out_dtype", out_dtype, TOKPOS_DTYPE_BF16),
-                                   {{"B", B}, {"T", T}, {"D", D, 1}}, used);
+    const DType od = dtype_arg(fn, "out_dtype", out_dtype, TOKPOS_DTYPE_BF16);
+    const DType td = dtype_arg(fn, "token_dtype", token_dtype, TOKPOS_DTYPE_F16);
+    const DType pd = dtype_arg(fn, "pos_dtype", pos_dtype, TOKPOS_DTYPE_F16);
+    const TensorView o = tensor_of(fn, "out", out, od, {{"B", B}, {"T", T}, {"D", D, 1}}, used);
     const TensorView i = tensor_of(fn, "ids", ids, DType::kI64, {{"B", B}, {"T", T}}, used);
-    const TensorView tok = tensor_of(fn, "token_table", token_table, dtype_arg(fn, "token_dtype", token_dtype, TOKPOS_DTYPE_F16),
-                                     {{"V", V, 1}, {"D", D, 1}}, used);
-    const TensorView pos = tensor_of(fn, "pos_table", pos_table, dtype_arg(fn, "pos_dtype", pos_dtype, TOKPOS_DTYPE_F16),
-                                     {{"L", L, 1}, {"D", D, 1}}, used);
+    const TensorView tok = tensor_of(fn, "token_table", token_table, td, {{"V", V, 1}, {"D", D, 1}}, used);
+    const TensorView pos = tensor_of(fn, "pos_table", pos_table, pd, {{"L", L, 1}, {"D", D, 1}}, used);
     if (used) tokpos::ops::compose_forward(o, i, tok, pos.get(), nullptr, 0, {.where = fn});
   });
 }
@@ -233,7 +237,8 @@ tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, 
     const bool used = B > 0 && T > 0;  // an empty batch changes nothing and succeeds, NULL buffers included
     const TensorView g = tensor_of(fn, "d_out", d_out, DType::kF32, {{"B", B}, {"T", T}, {"D", D, 1}}, used);
     const TensorView i = tensor_of(fn, "ids", ids, DType::kI64, {{"B", B}, {"T", T}}, used);
-    const TensorView d_tok = tensor_of(fn, "d_token_table", d_token_table, DType::kF32, {{"V", V, 1}, {"D", D, 1}}, used);
+    const TensorView d_tok =
+        tensor_of(fn, "d_token_table", d_token_table, DType::kF32, {{"V", V, 1}, {"D", D, 1}}, used);
     const TensorView d_pos =
         tensor_of(fn, "d_pos_table", d_pos_table, DType::kF32, {{"L", L, 1}, {"D", D, 1}}, used && d_pos_table);
     if (used)
@@ -273,7 +278,8 @@ tokpos_status tokpos_op_compose_forward_shard(const DLTensor* out, const DLTenso
     const DLTensor& i = tensor_arg(fn, "ids", ids);
     const DLTensor& shard = tensor_arg(fn, "shard_table", shard_table);
     check_at_least(fn, "vocab_size", vocab_size, 1);
-    tokpos::ops::compose_forward(o, i, shard, pos_table, position_ids, start, {.where = fn, .shard = {vocab_size, row_begin}});
+    tokpos::ops::compose_forward(o, i, shard, pos_table, position_ids, start,
+                                 {.where = fn, .shard = {vocab_size, row_begin}});
   });
 }
 
@@ -355,14 +361,7 @@ tokpos_status tokpos_token_embedding_set_id_policy(tokpos_token_embedding* e, to
 
 tokpos_status tokpos_token_embedding_set_padding_idx(tokpos_token_embedding* e, int64_t padding_idx) {
   constexpr const char* fn = "tokpos_token_embedding_set_padding_idx";
-  return guard(fn, [&] {
-    auto& m = handle(fn, e).module;
-    if (padding_idx < -1 || padding_idx >= m.vocab_size()) {
-      fail(Status::kInvalidArgument, fn, "padding_idx ", padding_idx, " is outside [-1, ", m.vocab_size(),
-           ")");
-    }
-    m.set_padding_idx(padding_idx < 0 ? std::nullopt : std::optional<int64_t>(padding_idx));
-  });
+  return guard(fn, [&] { handle(fn, e).module.set_padding_idx(optional_row(padding_idx)); });
 }
 
 tokpos_status tokpos_token_embedding_forward(const tokpos_token_embedding* e, const int64_t* ids, int64_t B,
@@ -526,15 +525,12 @@ tokpos_status tokpos_composer_create(tokpos_composer** out, const tokpos_compose
   return guard(fn, [&] {
     tokpos::detail::check_not_null(fn, "out", out);
     tokpos::detail::check_not_null(fn, "options", o);
-    if (o->padding_idx < -1) {
-      fail(Status::kInvalidArgument, fn, "padding_idx ", o->padding_idx, " must be -1 (none) or a row");
-    }
     tokpos::TokenEmbedding token(
         {.vocab_size = o->vocab_size,
          .dim = o->dim,
          .seed = o->seed,
          .init_std = o->init_std,
-         .padding_idx = o->padding_idx < 0 ? std::nullopt : std::optional<int64_t>(o->padding_idx),
+         .padding_idx = optional_row(o->padding_idx),
          .id_policy = to_policy(fn, o->id_policy, o->unk_id)});
     std::unique_ptr<tokpos::PositionalEmbedding> position;
     switch (o->position) {
