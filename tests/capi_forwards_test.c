@@ -6,7 +6,8 @@
  * loop written here gives, out[b, t, :] = tok[id, :] + pos[t, :] (the last
  * two: its token and its position part), and each must refuse a bad id (or
  * position), a NULL pointer and a misaligned output with its status, writing
- * nothing. Prints one line per check and "N passed, M failed". */
+ * nothing. The raw and the DLPack backward agree too. Prints one line per
+ * check and "N passed, M failed". */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,36 @@ static void module_forwards(void) {
   tokpos_position_embedding_free(p);
 }
 
+/* The raw and the DLPack backward are one op: without a position gradient,
+ * T > L is no error in either (the token gradient has no positions), and
+ * both add the loop's sums. */
+static void backwards_agree(void) {
+  enum { TL = L + 3 }; /* T > L */
+  static float d_out[TL * D], g_raw[V * D], g_op[V * D], g_want[V * D];
+  int64_t long_ids[TL];
+  for (int t = 0; t < TL; ++t) long_ids[t] = ids[t % (B * T)];
+  for (int n = 0; n < TL * D; ++n) d_out[n] = (float)((n * 29) % 83) / 83.0f - 0.5f;
+  memset(g_want, 0, sizeof g_want);
+  for (int t = 0; t < TL; ++t) /* one addition at a time, in t order */
+    for (int d = 0; d < D; ++d) g_want[long_ids[t] * D + d] += d_out[t * D + d];
+  memset(g_raw, 0, sizeof g_raw);
+  memset(g_op, 0, sizeof g_op);
+  int64_t gshape[2] = {V, D}, dshape[3] = {1, TL, D}, ishape[2] = {1, TL};
+  DLTensor gt = tensor(g_op, kF32, 2, gshape), dt = tensor(d_out, kF32, 3, dshape),
+           it = tensor(long_ids, kI64, 2, ishape);
+  const tokpos_status raw = tokpos_compose_backward(g_raw, NULL, d_out, long_ids, 1, TL, V, L, D);
+  const tokpos_status op = tokpos_op_compose_backward(&gt, NULL, &dt, &it, NULL, 0);
+  CHECK("compose_backward without d_pos_table: T > L is no error, as in op_compose_backward",
+        raw == TOKPOS_OK && op == TOKPOS_OK);
+  CHECK("compose_backward = op_compose_backward = the loop, bit for bit",
+        same_bits(g_raw, g_want, V * D) && same_bits(g_op, g_want, V * D));
+  static float g_pos[L * D];
+  memcpy(g_op, g_raw, sizeof g_op);
+  CHECK("compose_backward with d_pos_table: T > L is TOKPOS_POSITION_OUT_OF_RANGE, writing nothing",
+        tokpos_compose_backward(g_raw, g_pos, d_out, long_ids, 1, TL, V, L, D) == TOKPOS_POSITION_OUT_OF_RANGE &&
+            same_bits(g_raw, g_op, V * D));
+}
+
 int main(void) {
   /* The inputs: the tables of a composer (seeded token rows, the sinusoidal
    * table of base 10000, which tokpos_embedding_forward adds too). */
@@ -247,6 +278,7 @@ int main(void) {
   op_compose_forward_shard();
   composer_forward(c);
   module_forwards();
+  backwards_agree();
   tokpos_composer_free(c);
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
