@@ -51,7 +51,7 @@ inline void check_buffer(const char* fn, const char* name, const void* p, int64_
     detail::fail(Status::kInvalidArgument, fn, name, " = ", p, " is not aligned to ", alignment, " bytes");
 }
 
-// count elements of T at p, checked as above.
+// count (>= 0, from count_of or the callee) elements of T at p, checked as above.
 template <typename T>
 std::span<T> span_of(const char* fn, const char* name, T* p, int64_t count) {
   check_buffer(fn, name, p, count, alignof(T));
@@ -60,14 +60,6 @@ std::span<T> span_of(const char* fn, const char* name, T* p, int64_t count) {
 template <typename T>
 std::span<T> span_of(const char* fn, const char* name, T* p, std::initializer_list<Size> sizes) {
   return span_of(fn, name, p, count_of(fn, sizes));
-}
-
-// count doubles at p (count >= 0, else Error(kInvalidArgument) naming it).
-template <typename T>
-std::span<T> doubles(const char* fn, const char* name, T* p, int64_t count) {
-  static_assert(sizeof(T) == sizeof(double), "doubles() takes double* or const double*");
-  if (count < 0) detail::fail(Status::kInvalidArgument, fn, name, " count = ", count, " must be >= 0");
-  return span_of(fn, name, p, count);
 }
 
 // The op's view of a row-major buffer of dtype with these sizes as its shape,
