@@ -95,7 +95,8 @@ TOKPOS_API int64_t tokpos_get_stream_min_bytes(void);
  * position_ids, nor itself (TOKPOS_INVALID_ARGUMENT). */
 
 /* out = token_table[ids] (+ pos_table[position]), summed in float32 and
- * rounded once to out's dtype. pos_table NULL: token rows only. */
+ * rounded once to out's dtype. pos_table NULL: token rows only
+ * (tokpos::ops::compose_forward). */
 TOKPOS_API tokpos_status tokpos_op_compose_forward(const DLTensor* out, const DLTensor* ids,
                                                    const DLTensor* token_table,
                                                    const DLTensor* pos_table,    /* may be NULL: token rows only */
@@ -110,7 +111,7 @@ TOKPOS_API tokpos_status tokpos_op_compose_forward(const DLTensor* out, const DL
  * (b, t) order, grad = ((grad + s1) + s2) + ...; a row with more adds
  * blocks of 64 sources, each block summed from its first source in order,
  * the block sums added in order. Gradients may not overlap each other or the
- * inputs. */
+ * inputs (tokpos::ops::compose_backward). */
 TOKPOS_API tokpos_status tokpos_op_compose_backward(const DLTensor* d_token_table, /* may be NULL */
                                                     const DLTensor* d_pos_table,   /* may be NULL */
                                                     const DLTensor* d_out, const DLTensor* ids,
@@ -130,7 +131,8 @@ TOKPOS_API tokpos_status tokpos_op_compose_backward(const DLTensor* d_token_tabl
  * the whole table bit for bit (a -0 may come back as +0). The backward adds
  * to d_shard_table (R, D) only the rows of ids inside the shard, in the same
  * order as the one-table backward, so its rows equal the matching rows of the
- * one-table gradient bit for bit. Other arguments as above. */
+ * one-table gradient bit for bit. Other arguments as above. The same two ops
+ * with a tokpos::ops::VocabShard. */
 TOKPOS_API tokpos_status tokpos_op_compose_forward_shard(const DLTensor* out, const DLTensor* ids,
                                                          const DLTensor* shard_table, int64_t vocab_size,
                                                          int64_t row_begin,
@@ -150,7 +152,6 @@ TOKPOS_API tokpos_status tokpos_op_compose_backward_shard(const DLTensor* d_shar
  * (tokpos::ops::vocab_shard_range). */
 TOKPOS_API tokpos_status tokpos_vocab_shard_range(int64_t* row_begin, int64_t* rows, int64_t vocab_size,
                                                   int64_t pad_to_multiple_of, int world_size, int rank);
-
 
 /* ---- Position ids (include/tokpos/positions.h) ------------------------ */
 
@@ -183,7 +184,6 @@ TOKPOS_API tokpos_status tokpos_packed_position_ids(const DLTensor* out, const D
 TOKPOS_API tokpos_status tokpos_packed_document_count(int64_t* count, const DLTensor* position_ids);
 TOKPOS_API tokpos_status tokpos_cu_seqlens_from_position_ids(const DLTensor* out, const DLTensor* position_ids);
 
-
 /* ---- ALiBi -------------------------------------------------------------- */
 
 /* out[0..num_heads): the ALiBi head slopes of the paper's get_slopes, with 8
@@ -205,7 +205,6 @@ typedef enum tokpos_alibi_mode {
 TOKPOS_API tokpos_status tokpos_op_alibi_bias(const DLTensor* out, const double* slopes, int64_t num_heads,
                                               const DLTensor* q_positions, const DLTensor* k_positions,
                                               tokpos_alibi_mode mode);
-
 
 /* ---- RoPE --------------------------------------------------------------- */
 
@@ -313,11 +312,12 @@ TOKPOS_API tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtyp
                                                     int64_t dim, int64_t start, tokpos_layout layout,
                                                     double base, double min_timescale, int64_t padding_idx);
 
-/* out (B, T, D) = token_table[ids[b, t]] + pos_table[t]. One fused pass.
- * Fails, writing nothing, on an id outside [0, V) or T > L.
- * B = 0 or T = 0 writes nothing and succeeds. */
 /* ---- Compose on raw pointers ------------------------------------------ */
 
+/* out (B, T, D) = token_table[ids[b, t]] + pos_table[t]. One fused pass: the
+ * op of tokpos_op_compose_forward (tokpos::ops::compose_forward) on these
+ * buffers. Fails, writing nothing, on an id outside [0, V) or T > L.
+ * B = 0 or T = 0 writes nothing and succeeds. */
 TOKPOS_API tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, int64_t B, int64_t T,
                                                 const float* token_table, int64_t V, const float* pos_table,
                                                 int64_t L, int64_t D);
@@ -348,7 +348,6 @@ TOKPOS_API tokpos_status tokpos_compose_backward(float* d_token_table, float* d_
  * the token table's stream; an initialiser, not an op). */
 TOKPOS_API tokpos_status tokpos_token_table_rows(float* table, int64_t row_begin, int64_t rows, int64_t vocab_size,
                                                  int64_t D, uint64_t seed);
-
 
 /* ---- Modules behind opaque handles ------------------------------------ */
 
@@ -475,7 +474,6 @@ TOKPOS_API float tokpos_pe_sinusoidal(int64_t pos, int64_t dim, int64_t hidden_d
 TOKPOS_API tokpos_status tokpos_embedding_forward(const int64_t* token_ids, int64_t seq_len,
                                                   const float* token_table, int64_t vocab_size,
                                                   int64_t hidden_dim, int64_t unk_id, float* out);
-
 
 #ifdef __cplusplus
 } /* extern "C" */
