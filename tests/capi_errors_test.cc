@@ -74,7 +74,7 @@ TEST(CApi, ComposeForwardErrorsWriteNothing) {
   ids[4] = 5;
   EXPECT_EQ(tokpos_compose_forward(out.data(), ids.data(), 1, 6, tok.data(), V, pos.data(), L, D),
             TOKPOS_POSITION_OUT_OF_RANGE);
-  expect_message({"T = 6", "L = 4"});
+  expect_message({"T = 6", "exceed the 4 rows of pos_table"});
   EXPECT_EQ(tokpos_compose_forward(out.data(), nullptr, B, T, tok.data(), V, pos.data(), L, D),
             TOKPOS_NULL_POINTER);
   EXPECT_EQ(tokpos_compose_forward(out.data(), ids.data(), B, T, nullptr, V, pos.data(), L, D),

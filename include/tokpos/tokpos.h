@@ -1,14 +1,27 @@
 /* tokpos/tokpos.h: the C API.
  *
- * Plain C11. Every function checks its pointers and sizes and returns a
- * tokpos_status; no C++ exception ever crosses this boundary. On failure:
+ * Plain C11, in four parts:
+ *   1. status, errors, version, threads;
+ *   2. the ops, on DLPack tensors (DLTensor): tokpos_op_* and the position-id,
+ *      RoPE and ALiBi functions. They are the API: each validates every
+ *      argument once (tokpos/ops.h and tokpos/positions.h, the checks every
+ *      front end shares) and then runs its kernel;
+ *   3. conveniences over the ops: the raw-pointer compose and table
+ *      functions, the shard helpers and the modules behind opaque handles.
+ *      Each names the op (or the module method over an op) it calls. It
+ *      turns its pointers and sizes into the op's tensors, checking only
+ *      what C alone can get wrong (NULL, alignment, enum values, sizes and
+ *      the products of sizes), and leaves every other check to the op;
+ *   4. the lab's two functions (seed 002): tokpos_pe_sinusoidal and
+ *      tokpos_embedding_forward.
+ * No C++ exception ever crosses this boundary. On failure:
  *   - nothing is written to any output or gradient buffer,
  *   - tokpos_last_error() returns a message naming the function, the bad
  *     value and its limit (thread-local; kept until the next failure).
  * Shapes follow llm.c: B batch, T time, D width, V vocabulary, L max context.
  * Tables are row-major. The raw-pointer functions take float32 tables,
  * except the _ex variants, which also take bfloat16 and float16 (uint16_t
- * bits; see tokpos_dtype); the DLPack ops take float32, bfloat16 or float16
+ * bits; see tokpos_dtype); the ops take float32, bfloat16 or float16
  * tables and outputs. Gradients are float32.
  */
 #ifndef TOKPOS_TOKPOS_H
@@ -22,6 +35,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ==== 1. Status, errors, version, threads ================================== */
 
 typedef enum tokpos_status {
   TOKPOS_OK = 0,
@@ -59,25 +74,211 @@ TOKPOS_API int tokpos_get_num_threads(void);
 TOKPOS_API void tokpos_set_stream_min_bytes(int64_t bytes);
 TOKPOS_API int64_t tokpos_get_stream_min_bytes(void);
 
-/* ---- Seed 002's two functions (formula base 10000) -------------------- */
+/* ==== 2. The ops (DLTensor) ================================================ */
 
-/* PE(pos, dim) for width hidden_dim: sin(pos / 10000^(2*(dim/2)/hidden_dim)) at
- * even dim, cos at odd dim. NaN when pos < 0, hidden_dim < 1 or dim outside
- * [0, hidden_dim). */
-TOKPOS_API float tokpos_pe_sinusoidal(int64_t pos, int64_t dim, int64_t hidden_dim);
+/* ---- Compose: token rows plus position rows -------------------------- *
+ *
+ * Tensors are described by DLPack's DLTensor (what numpy, PyTorch, JAX and
+ * CuPy exchange):
+ *   - tables and out: float32, bfloat16 or float16 (kDLFloat 32/16, kDLBfloat 16);
+ *     ids and position_ids: int32 or int64 (kDLInt 32/64); lanes 1;
+ *   - any strides whose innermost (D) stride is 1, including 0 (broadcast)
+ *     on other dimensions; strides NULL means row-major contiguous;
+ *     byte_offset is honoured; data must be aligned to its element size;
+ *   - device kDLCPU only: any other is TOKPOS_UNIMPLEMENTED, naming it.
+ * Shapes: ids (B, T) or (N); out and d_out (B, T, D) or (N, D);
+ * token_table (V, D); pos_table (L, D); position_ids the shape of ids.
+ * The position of (b, t) is position_ids[b, t] if given, else start + t
+ * (start + n for 1-D ids). Everything is checked before anything is written:
+ * on failure nothing changes and tokpos_last_error() names the argument, the
+ * bad value and its limit. out may not overlap a table, ids or
+ * position_ids, nor itself (TOKPOS_INVALID_ARGUMENT). */
 
-/* out (seq_len, hidden_dim): out[p*D + d] = token_table[id*D + d] + PE(p, d),
- * where id = token_ids[p], replaced by unk_id if outside [0, vocab_size).
- * seq_len 0 writes nothing and succeeds. Errors: NULL pointers when
- * seq_len > 0, negative sizes, vocab_size or hidden_dim < 1, unk_id outside
- * [0, vocab_size). */
-TOKPOS_API tokpos_status tokpos_embedding_forward(const int64_t* token_ids, int64_t seq_len,
-                                                  const float* token_table, int64_t vocab_size,
-                                                  int64_t hidden_dim, int64_t unk_id, float* out);
+/* out = token_table[ids] (+ pos_table[position]), summed in float32 and
+ * rounded once to out's dtype. pos_table NULL: token rows only
+ * (tokpos::ops::compose_forward). */
+TOKPOS_API tokpos_status tokpos_op_compose_forward(const DLTensor* out, const DLTensor* ids,
+                                                   const DLTensor* token_table,
+                                                   const DLTensor* pos_table,    /* may be NULL: token rows only */
+                                                   const DLTensor* position_ids, /* may be NULL */
+                                                   int64_t start);
 
-/* ---- Tables and the fused kernels on caller memory -------------------- */
+/* d_token_table (V, D) += d_out rows grouped by id; d_pos_table (L, D) +=
+ * d_out rows grouped by position. Either gradient may be NULL. Gradients and
+ * d_out must be float32 (else TOKPOS_UNIMPLEMENTED). Only rows that appear
+ * change. The order of the additions is fixed, so the bits are the same for
+ * any thread count: a row with at most 64 sources adds them one at a time in
+ * (b, t) order, grad = ((grad + s1) + s2) + ...; a row with more adds
+ * blocks of 64 sources, each block summed from its first source in order,
+ * the block sums added in order. Gradients may not overlap each other or the
+ * inputs (tokpos::ops::compose_backward). */
+TOKPOS_API tokpos_status tokpos_op_compose_backward(const DLTensor* d_token_table, /* may be NULL */
+                                                    const DLTensor* d_pos_table,   /* may be NULL */
+                                                    const DLTensor* d_out, const DLTensor* ids,
+                                                    const DLTensor* position_ids,  /* may be NULL */
+                                                    int64_t start);
 
-/* out (max_context, dim): the interleaved sinusoidal table with the given base. */
+/* ---- Vocab-parallel shards (Megatron-LM's VocabParallelEmbedding) ------ *
+ *
+ * A rank holds rows [row_begin, row_begin + R) of a global (vocab_size, D)
+ * token table as shard_table (R, D); R may reach past vocab_size (padding
+ * rows, never read or written). Every id is checked against vocab_size, so a
+ * bad id fails identically on every rank before any communication; ids are
+ * never UNK-mapped. An id inside the shard reads its row; any other adds
+ * nothing: its out row is the position row alone (pos_table given) or zeros.
+ * Give pos_table to exactly one rank and sum the float32 outputs (e.g.
+ * MPI_Allreduce with MPI_SUM): the result equals tokpos_op_compose_forward on
+ * the whole table bit for bit (a -0 may come back as +0). The backward adds
+ * to d_shard_table (R, D) only the rows of ids inside the shard, in the same
+ * order as the one-table backward, so its rows equal the matching rows of the
+ * one-table gradient bit for bit. Other arguments as above. The same two ops
+ * with a tokpos::ops::VocabShard. */
+TOKPOS_API tokpos_status tokpos_op_compose_forward_shard(const DLTensor* out, const DLTensor* ids,
+                                                         const DLTensor* shard_table, int64_t vocab_size,
+                                                         int64_t row_begin,
+                                                         const DLTensor* pos_table,    /* may be NULL */
+                                                         const DLTensor* position_ids, /* may be NULL */
+                                                         int64_t start);
+TOKPOS_API tokpos_status tokpos_op_compose_backward_shard(const DLTensor* d_shard_table, /* may be NULL */
+                                                          const DLTensor* d_pos_table,   /* may be NULL */
+                                                          const DLTensor* d_out, const DLTensor* ids,
+                                                          int64_t vocab_size, int64_t row_begin,
+                                                          const DLTensor* position_ids, /* may be NULL */
+                                                          int64_t start);
+
+/* Rank `rank` of `world_size` holds rows [*row_begin, *row_begin + *rows) of
+ * a vocabulary padded up to a multiple of pad_to_multiple_of (>= 1):
+ * *rows = ceil(V_padded / world_size), *row_begin = rank * *rows
+ * (tokpos::ops::vocab_shard_range). */
+TOKPOS_API tokpos_status tokpos_vocab_shard_range(int64_t* row_begin, int64_t* rows, int64_t vocab_size,
+                                                  int64_t pad_to_multiple_of, int world_size, int rank);
+
+/* ---- Position ids (include/tokpos/positions.h) ------------------------ */
+
+/* Position ids as the models compute them (docs/positions.md). Tensors as in
+ * the compose ops: int32 or int64, any strides, kDLCPU. Every value is checked
+ * before anything is written; out may not overlap an input. A result that
+ * does not fit an int32 out is TOKPOS_INVALID_ARGUMENT. */
+
+/* transformers' generation rule (GPT-2, Llama): attention_mask (B, S) covers
+ * the cached and the new tokens; position = cumsum(mask) - 1 along each row,
+ * 1 where mask is 0; out (B, T), T <= S, receives the last T columns. Mask
+ * values other than 0 and 1 are TOKPOS_INVALID_ARGUMENT naming (b, s). */
+TOKPOS_API tokpos_status tokpos_position_ids_from_mask(const DLTensor* out, const DLTensor* attention_mask);
+
+/* RoBERTa / XLM-R: (cumsum(ids != padding_idx) + past_length) *
+ * (ids != padding_idx) + padding_idx along each row. input_ids (B, S) or (S);
+ * out the same shape; padding_idx and past_length >= 0. */
+TOKPOS_API tokpos_status tokpos_roberta_position_ids(const DLTensor* out, const DLTensor* input_ids,
+                                                     int64_t padding_idx, int64_t past_length);
+
+/* Packed documents (flash-attn varlen): cu_seqlens (D + 1) starts at 0 and
+ * never decreases; out (N), N = cu_seqlens[D], restarts at start in every
+ * document. */
+TOKPOS_API tokpos_status tokpos_packed_position_ids(const DLTensor* out, const DLTensor* cu_seqlens, int64_t start);
+
+/* The inverse. A document starts at index 0 and wherever position_ids[i] !=
+ * position_ids[i - 1] + 1 (position_ids (N), or (B, S) read row-major).
+ * *count = the number of documents; out (count + 1) = 0, each later
+ * document's start, N. */
+TOKPOS_API tokpos_status tokpos_packed_document_count(int64_t* count, const DLTensor* position_ids);
+TOKPOS_API tokpos_status tokpos_cu_seqlens_from_position_ids(const DLTensor* out, const DLTensor* position_ids);
+
+/* ---- ALiBi -------------------------------------------------------------- */
+
+/* out[0..num_heads): the ALiBi head slopes of the paper's get_slopes, with 8
+ * generalised to max_bias as MPT and ggml do (include/tokpos/positions.h).
+ * num_heads >= 1; max_bias finite and > 0. */
+TOKPOS_API tokpos_status tokpos_alibi_slopes(double* out, int64_t num_heads, double max_bias);
+
+typedef enum tokpos_alibi_mode {
+  TOKPOS_ALIBI_CAUSAL = 0,    /* slope * (k - q) where k <= q, -inf where k > q */
+  TOKPOS_ALIBI_SYMMETRIC = 1, /* -slope * |q - k| */
+  TOKPOS_ALIBI_MODE_MIN_ENUM_ = -0x7fffffff - 1,
+  TOKPOS_ALIBI_MODE_MAX_ENUM_ = 0x7fffffff
+} tokpos_alibi_mode;
+
+/* out (num_heads, Tq, Tk), float32, bfloat16 or float16 with a unit innermost
+ * stride: the bias of query position q_positions[i] and key position
+ * k_positions[j] under slopes[h], computed in double and rounded once.
+ * q_positions (Tq) and k_positions (Tk): int32 or int64, each >= 0. */
+TOKPOS_API tokpos_status tokpos_op_alibi_bias(const DLTensor* out, const double* slopes, int64_t num_heads,
+                                              const DLTensor* q_positions, const DLTensor* k_positions,
+                                              tokpos_alibi_mode mode);
+
+/* ---- RoPE --------------------------------------------------------------- */
+
+/* RoPE scaling schemes (include/tokpos/rope.h; docs/positions.md, "RoPE"). */
+typedef enum tokpos_rope_type {
+  TOKPOS_ROPE_DEFAULT = 0,
+  TOKPOS_ROPE_LINEAR = 1,
+  TOKPOS_ROPE_DYNAMIC = 2,
+  TOKPOS_ROPE_YARN = 3,
+  TOKPOS_ROPE_LONGROPE = 4,
+  TOKPOS_ROPE_LLAMA3 = 5,
+  TOKPOS_ROPE_TYPE_MIN_ENUM_ = -0x7fffffff - 1,
+  TOKPOS_ROPE_TYPE_MAX_ENUM_ = 0x7fffffff
+} tokpos_rope_type;
+
+/* The keys of a Hugging Face rope_scaling. A key the config lacks is NaN
+ * (doubles), 0 (lengths) or NULL with length 0 (factor lists): fill the
+ * struct with tokpos_rope_scaling_init first, then set what the config has. */
+typedef struct tokpos_rope_scaling {
+  tokpos_rope_type type;
+  double factor;
+  int64_t original_max_position_embeddings;
+  int64_t max_position_embeddings;
+  double low_freq_factor, high_freq_factor; /* llama3 */
+  double beta_fast, beta_slow;              /* yarn; NaN or 0: 32 and 1 */
+  double mscale, mscale_all_dim;            /* yarn; NaN or 0: unused */
+  double attention_factor;                  /* yarn, longrope */
+  int truncate;                             /* yarn; 1 (the default) or 0 */
+  const double* short_factor;               /* longrope: dim / 2 values */
+  int64_t short_factor_len;
+  const double* long_factor;                /* longrope: dim / 2 values */
+  int64_t long_factor_len;
+} tokpos_rope_scaling;
+
+/* type TOKPOS_ROPE_DEFAULT, every key absent, truncate 1. */
+TOKPOS_API void tokpos_rope_scaling_init(tokpos_rope_scaling* s);
+
+/* inv_freq (dim / 2 doubles) and *attention_factor of the scaling (NULL: the
+ * default type), as transformers' ROPE_INIT_FUNCTIONS compute them, in
+ * double. seq_len: the current sequence length (dynamic, longrope), 0 for
+ * none. Errors name the key, its value and its limit (docs/errors.md). */
+TOKPOS_API tokpos_status tokpos_rope_frequencies(double* inv_freq, double* attention_factor, int64_t dim,
+                                                 double base, const tokpos_rope_scaling* scaling, int64_t seq_len);
+
+typedef enum tokpos_rope_layout {
+  TOKPOS_ROPE_HALF = 0,        /* GPT-NeoX / transformers' rotate_half: pairs (i, i + rotary_dim / 2) */
+  TOKPOS_ROPE_INTERLEAVED = 1, /* GPT-J / Meta's Llama: pairs (2i, 2i + 1) */
+  TOKPOS_ROPE_LAYOUT_MIN_ENUM_ = -0x7fffffff - 1,
+  TOKPOS_ROPE_LAYOUT_MAX_ENUM_ = 0x7fffffff
+} tokpos_rope_layout;
+
+/* out = RoPE(x) (tokpos::ops::apply_rope): x and out (B, T, H, D) with
+ * positions (B, T), or (T, H, D) with positions (T); float32, bfloat16 or
+ * float16, out's dtype x's; positions int32 or int64 in [0, 2^31). The
+ * first rotary_dim = 2 * n_freq dims of each head rotate by positions[b, t] *
+ * inv_freq[i] (cos and sin exact to 2^-24, times attention_factor), the rest
+ * are copied; math in float32, rounded once. inverse != 0: the transposed
+ * rotation. out may be x (in place). rotary_dim < 0: 2 * n_freq. */
+TOKPOS_API tokpos_status tokpos_op_apply_rope(const DLTensor* out, const DLTensor* x, const DLTensor* positions,
+                                              const double* inv_freq, int64_t n_freq, tokpos_rope_layout layout,
+                                              int64_t rotary_dim, double attention_factor, int inverse);
+
+/* ==== 3. Conveniences over the ops ========================================= */
+
+/* Raw caller memory (pointer and sizes) in place of tensors. Every size is
+ * checked against its least value (B, T, seq_len >= 0; V, L, D >= 1) and
+ * their products against what can be addressed; pointers must be aligned to
+ * their element type and may be NULL only when the call touches no memory.
+ * The op checks the rest: ids, positions, overlaps. */
+
+/* ---- Tables ------------------------------------------------------------- */
+
+/* out (max_context, dim): the interleaved sinusoidal table with the given
+ * base (tokpos::sinusoidal_table; a table, not an op). */
 TOKPOS_API tokpos_status tokpos_sinusoidal_table(float* out, int64_t max_context, int64_t dim, double base);
 
 typedef enum tokpos_layout {
@@ -105,13 +306,17 @@ typedef enum tokpos_dtype {
  * (docs/precision.md). min_timescale is used by TOKPOS_LAYOUT_T2T only (1.0 is
  * tensor2tensor's default); padding_idx by TOKPOS_LAYOUT_FAIRSEQ only (-1 for
  * none; fairseq uses 1). With TOKPOS_LAYOUT_INTERLEAVED, TOKPOS_DTYPE_F32,
- * start 0 it writes exactly what tokpos_sinusoidal_table writes. */
+ * start 0 it writes exactly what tokpos_sinusoidal_table writes
+ * (tokpos::position_table). */
 TOKPOS_API tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t max_context,
                                                     int64_t dim, int64_t start, tokpos_layout layout,
                                                     double base, double min_timescale, int64_t padding_idx);
 
-/* out (B, T, D) = token_table[ids[b, t]] + pos_table[t]. One fused pass.
- * Fails, writing nothing, on an id outside [0, V) or T > L.
+/* ---- Compose on raw pointers ------------------------------------------ */
+
+/* out (B, T, D) = token_table[ids[b, t]] + pos_table[t]. One fused pass: the
+ * op of tokpos_op_compose_forward (tokpos::ops::compose_forward) on these
+ * buffers. Fails, writing nothing, on an id outside [0, V) or T > L.
  * B = 0 or T = 0 writes nothing and succeeds. */
 TOKPOS_API tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, int64_t B, int64_t T,
                                                 const float* token_table, int64_t V, const float* pos_table,
@@ -128,88 +333,19 @@ TOKPOS_API tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_d
 
 /* d_token_table (V, D) += sum of d_out rows per id; d_pos_table (L, D) += sum over b
  * of d_out[b, t] at row t. d_pos_table may be NULL. Only rows that appear are
- * touched. Bitwise identical for any thread count. Checks everything first. */
+ * touched. Bitwise identical for any thread count. Checks everything first.
+ * The op of tokpos_op_compose_backward (tokpos::ops::compose_backward); T > L
+ * is an error only with d_pos_table. */
 TOKPOS_API tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, const float* d_out,
                                                  const int64_t* ids, int64_t B, int64_t T, int64_t V,
                                                  int64_t L, int64_t D);
 
-/* ---- Ops on DLPack tensors ------------------------------------------- *
- *
- * The same computation as the functions above, on tensors described by
- * DLPack's DLTensor (what numpy, PyTorch, JAX and CuPy exchange):
- *   - tables and out: float32, bfloat16 or float16 (kDLFloat 32/16, kDLBfloat 16);
- *     ids and position_ids: int32 or int64 (kDLInt 32/64); lanes 1;
- *   - any strides whose innermost (D) stride is 1, including 0 (broadcast)
- *     on other dimensions; strides NULL means row-major contiguous;
- *     byte_offset is honoured; data must be aligned to its element size;
- *   - device kDLCPU only: any other is TOKPOS_UNIMPLEMENTED, naming it.
- * Shapes: ids (B, T) or (N); out and d_out (B, T, D) or (N, D);
- * token_table (V, D); pos_table (L, D); position_ids the shape of ids.
- * The position of (b, t) is position_ids[b, t] if given, else start + t
- * (start + n for 1-D ids). Everything is checked before anything is written:
- * on failure nothing changes and tokpos_last_error() names the argument, the
- * bad value and its limit. out may not overlap a table, ids or
- * position_ids, nor itself (TOKPOS_INVALID_ARGUMENT). */
-
-/* out = token_table[ids] (+ pos_table[position]), summed in float32 and
- * rounded once to out's dtype. pos_table NULL: token rows only. */
-TOKPOS_API tokpos_status tokpos_op_compose_forward(const DLTensor* out, const DLTensor* ids,
-                                                   const DLTensor* token_table,
-                                                   const DLTensor* pos_table,    /* may be NULL: token rows only */
-                                                   const DLTensor* position_ids, /* may be NULL */
-                                                   int64_t start);
-
-/* d_token_table (V, D) += d_out rows grouped by id; d_pos_table (L, D) +=
- * d_out rows grouped by position. Either gradient may be NULL. Gradients and
- * d_out must be float32 (else TOKPOS_UNIMPLEMENTED). Only rows that appear
- * change. The order of the additions is fixed, so the bits are the same for
- * any thread count: a row with at most 64 sources adds them one at a time in
- * (b, t) order, grad = ((grad + s1) + s2) + ...; a row with more adds
- * blocks of 64 sources, each block summed from its first source in order,
- * the block sums added in order. Gradients may not overlap each other or the
- * inputs. */
-TOKPOS_API tokpos_status tokpos_op_compose_backward(const DLTensor* d_token_table, /* may be NULL */
-                                                    const DLTensor* d_pos_table,   /* may be NULL */
-                                                    const DLTensor* d_out, const DLTensor* ids,
-                                                    const DLTensor* position_ids,  /* may be NULL */
-                                                    int64_t start);
-
-/* ---- Vocab-parallel shards (Megatron-LM's VocabParallelEmbedding) ------ *
- *
- * A rank holds rows [row_begin, row_begin + R) of a global (vocab_size, D)
- * token table as shard_table (R, D); R may reach past vocab_size (padding
- * rows, never read or written). Every id is checked against vocab_size, so a
- * bad id fails identically on every rank before any communication; ids are
- * never UNK-mapped. An id inside the shard reads its row; any other adds
- * nothing: its out row is the position row alone (pos_table given) or zeros.
- * Give pos_table to exactly one rank and sum the float32 outputs (e.g.
- * MPI_Allreduce with MPI_SUM): the result equals tokpos_op_compose_forward on
- * the whole table bit for bit (a -0 may come back as +0). The backward adds
- * to d_shard_table (R, D) only the rows of ids inside the shard, in the same
- * order as the one-table backward, so its rows equal the matching rows of the
- * one-table gradient bit for bit. Other arguments as above. */
-TOKPOS_API tokpos_status tokpos_op_compose_forward_shard(const DLTensor* out, const DLTensor* ids,
-                                                         const DLTensor* shard_table, int64_t vocab_size,
-                                                         int64_t row_begin,
-                                                         const DLTensor* pos_table,    /* may be NULL */
-                                                         const DLTensor* position_ids, /* may be NULL */
-                                                         int64_t start);
-TOKPOS_API tokpos_status tokpos_op_compose_backward_shard(const DLTensor* d_shard_table, /* may be NULL */
-                                                          const DLTensor* d_pos_table,   /* may be NULL */
-                                                          const DLTensor* d_out, const DLTensor* ids,
-                                                          int64_t vocab_size, int64_t row_begin,
-                                                          const DLTensor* position_ids, /* may be NULL */
-                                                          int64_t start);
-
-/* Rank `rank` of `world_size` holds rows [*row_begin, *row_begin + *rows) of
- * a vocabulary padded up to a multiple of pad_to_multiple_of (>= 1):
- * *rows = ceil(V_padded / world_size), *row_begin = rank * *rows. */
-TOKPOS_API tokpos_status tokpos_vocab_shard_range(int64_t* row_begin, int64_t* rows, int64_t vocab_size,
-                                                  int64_t pad_to_multiple_of, int world_size, int rank);
+/* ---- Vocab shards --------------------------------------------------------- */
 
 /* table (rows, D) = rows [row_begin, row_begin + rows) of the table
  * tokpos_token_embedding_create(vocab_size, D, seed) makes, bit for bit;
- * rows at or past vocab_size (padding) are zeros. */
+ * rows at or past vocab_size (padding) are zeros (tokpos::fill_normal on
+ * the token table's stream; an initialiser, not an op). */
 TOKPOS_API tokpos_status tokpos_token_table_rows(float* table, int64_t row_begin, int64_t rows, int64_t vocab_size,
                                                  int64_t D, uint64_t seed);
 
@@ -319,121 +455,25 @@ TOKPOS_API tokpos_status tokpos_composer_zero_grad(tokpos_composer* c);
 TOKPOS_API int64_t tokpos_composer_num_parameters(const tokpos_composer* c);
 TOKPOS_API void tokpos_composer_free(tokpos_composer* c);
 
-/* ---- Position ids (include/tokpos/positions.h) ---- */
+/* ==== 4. The lab's two functions =========================================== */
 
-/* Position ids as the models compute them (docs/positions.md). Tensors as in
- * the ops above: int32 or int64, any strides, kDLCPU. Every value is checked
- * before anything is written; out may not overlap an input. A result that
- * does not fit an int32 out is TOKPOS_INVALID_ARGUMENT. */
+/* Seed 002's pe(pos, dim, hidden_dim) and embedding forward, formula base
+ * 10000, with the signatures the lab gave them. */
 
-/* transformers' generation rule (GPT-2, Llama): attention_mask (B, S) covers
- * the cached and the new tokens; position = cumsum(mask) - 1 along each row,
- * 1 where mask is 0; out (B, T), T <= S, receives the last T columns. Mask
- * values other than 0 and 1 are TOKPOS_INVALID_ARGUMENT naming (b, s). */
-TOKPOS_API tokpos_status tokpos_position_ids_from_mask(const DLTensor* out, const DLTensor* attention_mask);
+/* PE(pos, dim) for width hidden_dim: sin(pos / 10000^(2*(dim/2)/hidden_dim)) at
+ * even dim, cos at odd dim. NaN when pos < 0, hidden_dim < 1 or dim outside
+ * [0, hidden_dim). */
+TOKPOS_API float tokpos_pe_sinusoidal(int64_t pos, int64_t dim, int64_t hidden_dim);
 
-/* RoBERTa / XLM-R: (cumsum(ids != padding_idx) + past_length) *
- * (ids != padding_idx) + padding_idx along each row. input_ids (B, S) or (S);
- * out the same shape; padding_idx and past_length >= 0. */
-TOKPOS_API tokpos_status tokpos_roberta_position_ids(const DLTensor* out, const DLTensor* input_ids,
-                                                     int64_t padding_idx, int64_t past_length);
-
-/* Packed documents (flash-attn varlen): cu_seqlens (D + 1) starts at 0 and
- * never decreases; out (N), N = cu_seqlens[D], restarts at start in every
- * document. */
-TOKPOS_API tokpos_status tokpos_packed_position_ids(const DLTensor* out, const DLTensor* cu_seqlens, int64_t start);
-
-/* The inverse. A document starts at index 0 and wherever position_ids[i] !=
- * position_ids[i - 1] + 1 (position_ids (N), or (B, S) read row-major).
- * *count = the number of documents; out (count + 1) = 0, each later
- * document's start, N. */
-TOKPOS_API tokpos_status tokpos_packed_document_count(int64_t* count, const DLTensor* position_ids);
-TOKPOS_API tokpos_status tokpos_cu_seqlens_from_position_ids(const DLTensor* out, const DLTensor* position_ids);
-
-
-/* ---- ALiBi ---- */
-
-/* out[0..num_heads): the ALiBi head slopes of the paper's get_slopes, with 8
- * generalised to max_bias as MPT and ggml do (include/tokpos/positions.h).
- * num_heads >= 1; max_bias finite and > 0. */
-TOKPOS_API tokpos_status tokpos_alibi_slopes(double* out, int64_t num_heads, double max_bias);
-
-typedef enum tokpos_alibi_mode {
-  TOKPOS_ALIBI_CAUSAL = 0,    /* slope * (k - q) where k <= q, -inf where k > q */
-  TOKPOS_ALIBI_SYMMETRIC = 1, /* -slope * |q - k| */
-  TOKPOS_ALIBI_MODE_MIN_ENUM_ = -0x7fffffff - 1,
-  TOKPOS_ALIBI_MODE_MAX_ENUM_ = 0x7fffffff
-} tokpos_alibi_mode;
-
-/* out (num_heads, Tq, Tk), float32, bfloat16 or float16 with a unit innermost
- * stride: the bias of query position q_positions[i] and key position
- * k_positions[j] under slopes[h], computed in double and rounded once.
- * q_positions (Tq) and k_positions (Tk): int32 or int64, each >= 0. */
-TOKPOS_API tokpos_status tokpos_op_alibi_bias(const DLTensor* out, const double* slopes, int64_t num_heads,
-                                              const DLTensor* q_positions, const DLTensor* k_positions,
-                                              tokpos_alibi_mode mode);
-
-
-/* ---- RoPE ---- */
-
-/* RoPE scaling schemes (include/tokpos/rope.h; docs/positions.md, "RoPE"). */
-typedef enum tokpos_rope_type {
-  TOKPOS_ROPE_DEFAULT = 0,
-  TOKPOS_ROPE_LINEAR = 1,
-  TOKPOS_ROPE_DYNAMIC = 2,
-  TOKPOS_ROPE_YARN = 3,
-  TOKPOS_ROPE_LONGROPE = 4,
-  TOKPOS_ROPE_LLAMA3 = 5,
-  TOKPOS_ROPE_TYPE_MIN_ENUM_ = -0x7fffffff - 1,
-  TOKPOS_ROPE_TYPE_MAX_ENUM_ = 0x7fffffff
-} tokpos_rope_type;
-
-/* The keys of a Hugging Face rope_scaling. A key the config lacks is NaN
- * (doubles), 0 (lengths) or NULL with length 0 (factor lists): fill the
- * struct with tokpos_rope_scaling_init first, then set what the config has. */
-typedef struct tokpos_rope_scaling {
-  tokpos_rope_type type;
-  double factor;
-  int64_t original_max_position_embeddings;
-  int64_t max_position_embeddings;
-  double low_freq_factor, high_freq_factor; /* llama3 */
-  double beta_fast, beta_slow;              /* yarn; NaN or 0: 32 and 1 */
-  double mscale, mscale_all_dim;            /* yarn; NaN or 0: unused */
-  double attention_factor;                  /* yarn, longrope */
-  int truncate;                             /* yarn; 1 (the default) or 0 */
-  const double* short_factor;               /* longrope: dim / 2 values */
-  int64_t short_factor_len;
-  const double* long_factor;                /* longrope: dim / 2 values */
-  int64_t long_factor_len;
-} tokpos_rope_scaling;
-
-/* type TOKPOS_ROPE_DEFAULT, every key absent, truncate 1. */
-TOKPOS_API void tokpos_rope_scaling_init(tokpos_rope_scaling* s);
-
-/* inv_freq (dim / 2 doubles) and *attention_factor of the scaling (NULL: the
- * default type), as transformers' ROPE_INIT_FUNCTIONS compute them, in
- * double. seq_len: the current sequence length (dynamic, longrope), 0 for
- * none. Errors name the key, its value and its limit (docs/errors.md). */
-TOKPOS_API tokpos_status tokpos_rope_frequencies(double* inv_freq, double* attention_factor, int64_t dim,
-                                                 double base, const tokpos_rope_scaling* scaling, int64_t seq_len);
-
-typedef enum tokpos_rope_layout {
-  TOKPOS_ROPE_HALF = 0,        /* GPT-NeoX / transformers' rotate_half: pairs (i, i + rotary_dim / 2) */
-  TOKPOS_ROPE_INTERLEAVED = 1, /* GPT-J / Meta's Llama: pairs (2i, 2i + 1) */
-  TOKPOS_ROPE_LAYOUT_MIN_ENUM_ = -0x7fffffff - 1,
-  TOKPOS_ROPE_LAYOUT_MAX_ENUM_ = 0x7fffffff
-} tokpos_rope_layout;
-
-/* out = RoPE(x) (tokpos::ops::apply_rope): x and out (B, T, H, D) with
- * positions (B, T), or (T, H, D) with positions (T); float32, bfloat16 or
- * float16, out's dtype x's; positions int32 or int64 in [0, 2^31). The
- * first rotary_dim = 2 * n_freq dims of each head rotate by positions[b, t] *
- * inv_freq[i] (cos and sin exact to 2^-24, times attention_factor), the rest
- * are copied; math in float32, rounded once. inverse != 0: the transposed
- * rotation. out may be x (in place). rotary_dim < 0: 2 * n_freq. */
-TOKPOS_API tokpos_status tokpos_op_apply_rope(const DLTensor* out, const DLTensor* x, const DLTensor* positions,
-                                              const double* inv_freq, int64_t n_freq, tokpos_rope_layout layout,
-                                              int64_t rotary_dim, double attention_factor, int inverse);
+/* out (seq_len, hidden_dim): out[p*D + d] = token_table[id*D + d] + PE(p, d),
+ * where id = token_ids[p], replaced by unk_id if outside [0, vocab_size):
+ * tokpos::ops::compose_forward with the UNK fallback, over the PE rows.
+ * seq_len 0 writes nothing and succeeds. Errors: NULL pointers when
+ * seq_len > 0, negative sizes, vocab_size or hidden_dim < 1, unk_id outside
+ * [0, vocab_size). */
+TOKPOS_API tokpos_status tokpos_embedding_forward(const int64_t* token_ids, int64_t seq_len,
+                                                  const float* token_table, int64_t vocab_size,
+                                                  int64_t hidden_dim, int64_t unk_id, float* out);
 
 #ifdef __cplusplus
 } /* extern "C" */

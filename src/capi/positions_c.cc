@@ -1,6 +1,7 @@
 // The C API of position ids and ALiBi: shims over tokpos/positions.h. Each
-// checks its raw pointers and enum values, then calls the C++ function, which
-// checks the tensors and every value before it writes.
+// checks its raw pointers and enum values (capi/buffers.h), then calls the
+// C++ function, which checks the tensors, the sizes and every value before it
+// writes.
 #include <cstdint>
 #include <span>
 
@@ -20,7 +21,7 @@ using tokpos::detail::fail;
 static_assert(static_cast<int>(tokpos::AlibiMode::kCausal) == TOKPOS_ALIBI_CAUSAL);
 static_assert(static_cast<int>(tokpos::AlibiMode::kSymmetric) == TOKPOS_ALIBI_SYMMETRIC);
 
-using tokpos::capi::doubles;
+using tokpos::capi::span_of;
 
 }  // namespace
 
@@ -57,11 +58,7 @@ tokpos_status tokpos_cu_seqlens_from_position_ids(const DLTensor* out, const DLT
 
 tokpos_status tokpos_alibi_slopes(double* out, int64_t num_heads, double max_bias) {
   constexpr const char* fn = "tokpos_alibi_slopes";
-  return guard(fn, [&] {
-    tokpos::detail::check_at_least(fn, "num_heads", num_heads, 1);
-    tokpos::detail::check_positive_finite(fn, "max_bias", max_bias);
-    tokpos::alibi_slopes(doubles(fn, "out", out, num_heads), max_bias);
-  });
+  return guard(fn, [&] { tokpos::alibi_slopes(span_of(fn, "out", out, {{"num_heads", num_heads}}), max_bias); });
 }
 
 tokpos_status tokpos_op_alibi_bias(const DLTensor* out, const double* slopes, int64_t num_heads,
@@ -69,12 +66,11 @@ tokpos_status tokpos_op_alibi_bias(const DLTensor* out, const double* slopes, in
                                    tokpos_alibi_mode mode) {
   constexpr const char* fn = "tokpos_op_alibi_bias";
   return guard(fn, [&] {
-    tokpos::detail::check_at_least(fn, "num_heads", num_heads, 0);
     if (mode != TOKPOS_ALIBI_CAUSAL && mode != TOKPOS_ALIBI_SYMMETRIC) {
       fail(Status::kInvalidArgument, fn, "mode ", static_cast<int>(mode),
            " is not TOKPOS_ALIBI_CAUSAL (0) or TOKPOS_ALIBI_SYMMETRIC (1)");
     }
-    tokpos::alibi_bias(doubles(fn, "slopes", slopes, num_heads), q_positions, k_positions,
+    tokpos::alibi_bias(span_of(fn, "slopes", slopes, {{"num_heads", num_heads}}), q_positions, k_positions,
                        static_cast<tokpos::AlibiMode>(mode), out);
   });
 }

@@ -1,7 +1,9 @@
-// The C API: a thin wrapper. Each entry point checks its raw pointers, builds
-// spans, calls the C++ modules or kernels inside guard(), and turns every
-// exception into a status plus a thread-local message. Nothing is written to
-// an output unless every check has passed.
+// The C API: one short shim per entry point over one op (tokpos/ops.h) or one
+// module method. A shim checks only what C alone can get wrong (NULL,
+// alignment, enum values, sizes turned into the op's views, capi/buffers.h),
+// calls the op inside guard(), and turns every exception into a status plus a
+// thread-local message. The op validates everything else, once, before it
+// writes anything.
 #include "tokpos/tokpos.h"
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/buffers.h"
 #include "capi/guard.h"
 #include "common/check.h"
 #include "common/validate.h"
@@ -43,7 +46,6 @@ namespace {
 using tokpos::Status;
 using tokpos::detail::check_at_least;
 using tokpos::detail::checked_mul;
-using tokpos::detail::checked_mul3;
 using tokpos::detail::fail;
 
 static_assert(static_cast<int>(Status::kInternal) == TOKPOS_INTERNAL);
@@ -57,30 +59,29 @@ static_assert(static_cast<int>(Status::kPositionOutOfRange) == TOKPOS_POSITION_O
 
 using tokpos::capi::g_last_error;
 using tokpos::capi::guard;
-using tokpos::capi::record;
-
-// Pointers must be aligned for their type: reading a misaligned float is
-// undefined behaviour in C and C++, so it is refused rather than risked.
-void check_aligned(const char* fn, const char* name, const void* ptr, size_t alignment) {
-  if (reinterpret_cast<uintptr_t>(ptr) % alignment != 0) {
-    fail(Status::kInvalidArgument, fn, name, " = ", ptr, " is not aligned to ", alignment, " bytes");
-  }
-}
-
-// A required pointer to count elements: NULL is an error only when count > 0.
-template <typename T>
-std::span<T> span_of(const char* fn, const char* name, T* ptr, int64_t count) {
-  if (count > 0) {
-    tokpos::detail::check_not_null(fn, name, ptr);
-    check_aligned(fn, name, ptr, alignof(T));
-  }
-  return {ptr, static_cast<size_t>(count)};
-}
+using tokpos::capi::Size;
+using tokpos::capi::span_of;
+using tokpos::capi::tensor_arg;
+using tokpos::capi::tensor_of;
+using tokpos::DType;
+using tokpos::TensorView;
 
 template <typename H>
 H& handle(const char* fn, H* h) {
   tokpos::detail::check_not_null(fn, "handle", h);
   return *h;
+}
+
+// C's "-1: none" for an optional row; any other value goes to the callee, which checks it.
+std::optional<int64_t> optional_row(int64_t row) {
+  return row == -1 ? std::nullopt : std::optional<int64_t>(row);
+}
+
+// A dtype argument of the raw-pointer API, in [0, max].
+DType dtype_arg(const char* fn, const char* name, tokpos_dtype d, tokpos_dtype max) {
+  if (d < TOKPOS_DTYPE_F32 || d > max)
+    fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ", static_cast<int>(max), "]");
+  return static_cast<DType>(d);
 }
 
 tokpos::IdPolicy to_policy(const char* fn, tokpos_id_policy policy, int64_t unk_id) {
@@ -139,28 +140,23 @@ tokpos_status tokpos_embedding_forward(const int64_t* token_ids, int64_t seq_len
                                        int64_t vocab_size, int64_t hidden_dim, int64_t unk_id, float* out) {
   constexpr const char* fn = "tokpos_embedding_forward";
   return guard(fn, [&] {
-    check_at_least(fn, "seq_len", seq_len, 0);
-    check_at_least(fn, "vocab_size", vocab_size, 0);
-    check_at_least(fn, "hidden_dim", hidden_dim, 0);
-    if (seq_len == 0) return;  // the seed's contract: nothing to do, success
-    check_at_least(fn, "vocab_size", vocab_size, 1);
-    check_at_least(fn, "hidden_dim", hidden_dim, 1);
-    if (unk_id < 0 || unk_id >= vocab_size) {
-      fail(Status::kInvalidArgument, fn, "unk_id ", unk_id, " is outside [0, ", vocab_size, ")");
-    }
-    const int64_t n_out = checked_mul(fn, "seq_len*hidden_dim", seq_len, hidden_dim);
-    checked_mul(fn, "vocab_size*hidden_dim", vocab_size, hidden_dim);
-    tokpos::detail::check_not_null(fn, "token_ids", token_ids);  // the op would call it "ids"
+    // The seed's contract: seq_len 0 succeeds, writing nothing, with any sizes >= 0.
+    const bool used = seq_len > 0;
+    const int64_t least = used ? 1 : 0;
+    const TensorView ids = tensor_of(fn, "token_ids", token_ids, DType::kI64, {{"seq_len", seq_len}}, used);
+    const TensorView tok = tensor_of(fn, "token_table", token_table, DType::kF32,
+                                     {{"vocab_size", vocab_size, least}, {"hidden_dim", hidden_dim, least}}, used);
+    const TensorView o =
+        tensor_of(fn, "out", out, DType::kF32, {{"seq_len", seq_len}, {"hidden_dim", hidden_dim}}, used);
+    if (!used) return;
+    // The lab always maps to UNK; a negative unk_id would mean "no UNK" to the op.
+    if (unk_id < 0) fail(Status::kInvalidArgument, fn, "unk_id ", unk_id, " is outside [0, ", vocab_size, ")");
+    const int64_t n_out = seq_len * hidden_dim;
     // The lab's PE rows, then the one compose op with the UNK fallback.
     auto pe = tokpos::detail::make_buffer<float>(fn, "position rows", n_out);
     tokpos::sinusoidal_table(pe, seq_len, hidden_dim, tokpos::kDefaultBase, 0);
-    using tokpos::DType;
-    using tokpos::TensorView;
     const TensorView pos(pe.data(), DType::kF32, {seq_len, hidden_dim});
-    tokpos::ops::compose_forward(TensorView(out, DType::kF32, {seq_len, hidden_dim}),
-                                 TensorView(token_ids, DType::kI64, {seq_len}),
-                                 TensorView(token_table, DType::kF32, {vocab_size, hidden_dim}), pos.get(), nullptr,
-                                 0, {.unk_id = unk_id, .where = fn});
+    tokpos::ops::compose_forward(o, ids, tok, pos.get(), nullptr, 0, {.unk_id = unk_id, .where = fn});
   });
 }
 
@@ -179,72 +175,39 @@ tokpos_status tokpos_sinusoidal_table_ex(void* out, tokpos_dtype dtype, int64_t 
                                          double min_timescale, int64_t padding_idx) {
   constexpr const char* fn = "tokpos_sinusoidal_table_ex";
   return guard(fn, [&] {
-    check_at_least(fn, "max_context", max_context, 1);
-    check_at_least(fn, "dim", dim, 1);
-    check_at_least(fn, "start", start, 0);
     if (layout < TOKPOS_LAYOUT_INTERLEAVED || layout > TOKPOS_LAYOUT_GGML) {
       fail(Status::kInvalidArgument, fn, "layout ", static_cast<int>(layout), " is outside [0, 4]");
     }
-    if (dtype < TOKPOS_DTYPE_F32 || dtype > TOKPOS_DTYPE_F16) {
-      fail(Status::kInvalidArgument, fn, "dtype ", static_cast<int>(dtype), " is outside [0, 2]");
-    }
-    if (padding_idx < -1)
-      fail(Status::kInvalidArgument, fn, "padding_idx ", padding_idx, " must be -1 (none) or >= 0");
-    checked_mul(fn, "max_context*dim", max_context, dim);
-    tokpos::detail::check_not_null(fn, "out", out);
-    check_aligned(fn, "out", out, dtype == TOKPOS_DTYPE_F32 ? 4 : 2);
+    const DType d = dtype_arg(fn, "dtype", dtype, TOKPOS_DTYPE_F16);
+    const int64_t n = tokpos::capi::count_of(fn, {{"max_context", max_context, 1}, {"dim", dim, 1}});
+    tokpos::capi::check_buffer(fn, "out", out, n, tokpos::dtype_size(d));
     tokpos::TableOptions o{
         .layout = static_cast<tokpos::Layout>(layout),
         .base = base,
         .min_timescale = min_timescale,
-        .padding_idx = padding_idx < 0 ? std::nullopt : std::optional<int64_t>(padding_idx)};
-    tokpos::position_table(out, static_cast<tokpos::DType>(dtype), max_context, dim, start, o);
+        .padding_idx = optional_row(padding_idx)};
+    tokpos::position_table(out, d, max_context, dim, start, o);
   });
 }
 
 }  // extern "C"
 
 namespace {
-// The raw-pointer signatures' own arguments: sizes in range, products that
-// fit. The ids, positions and buffers are then checked once, by the op.
-void check_compose_sizes(const char* fn, int64_t B, int64_t T, int64_t V, int64_t L, int64_t D) {
-  check_at_least(fn, "B", B, 0);
-  check_at_least(fn, "T", T, 0);
-  check_at_least(fn, "V", V, 1);
-  check_at_least(fn, "L", L, 1);
-  check_at_least(fn, "D", D, 1);
-  checked_mul3(fn, "B*T*D", B, T, D);
-  checked_mul(fn, "V*D", V, D);
-  checked_mul(fn, "L*D", L, D);
-  tokpos::detail::check_position_range(fn, B, T, 0, L);
-}
-
-// A dtype argument of the raw-pointer API, in [0, max].
-tokpos::DType dtype_arg(const char* fn, const char* name, tokpos_dtype d, tokpos_dtype max) {
-  if (d < TOKPOS_DTYPE_F32 || d > max)
-    fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ", static_cast<int>(max), "]");
-  return static_cast<tokpos::DType>(d);
-}
-
-// DLTensor arguments: every check happens in the op; this maps its status.
-template <typename F>
-tokpos_status op_call(const char* fn, F&& body) noexcept {
-  return guard(fn, std::forward<F>(body));
-}
-
+// tokpos_compose_forward(_ex): the raw buffers as views, then the op. B = 0
+// or T = 0 writes nothing and succeeds, NULL buffers included.
 tokpos_status compose_forward_shim(const char* fn, void* out, tokpos_dtype out_dtype, const int64_t* ids, int64_t B,
                                    int64_t T, const void* token_table, tokpos_dtype token_dtype, int64_t V,
                                    const void* pos_table, tokpos_dtype pos_dtype, int64_t L, int64_t D) {
   return guard(fn, [&] {
-    const auto od = dtype_arg(fn, "out_dtype", out_dtype, TOKPOS_DTYPE_BF16);
-    const auto td = dtype_arg(fn, "token_dtype", token_dtype, TOKPOS_DTYPE_F16);
-    const auto pd = dtype_arg(fn, "pos_dtype", pos_dtype, TOKPOS_DTYPE_F16);
-    check_compose_sizes(fn, B, T, V, L, D);
-    if (B == 0 || T == 0) return;  // an empty batch writes nothing and succeeds, NULL buffers included
-    using tokpos::TensorView;
-    tokpos::ops::compose_forward(TensorView(out, od, {B, T, D}), TensorView(ids, tokpos::DType::kI64, {B, T}),
-                                 TensorView(token_table, td, {V, D}), TensorView(pos_table, pd, {L, D}).get(),
-                                 nullptr, 0, {.where = fn});
+    const bool used = B > 0 && T > 0;
+    const DType od = dtype_arg(fn, "out_dtype", out_dtype, TOKPOS_DTYPE_BF16);
+    const DType td = dtype_arg(fn, "token_dtype", token_dtype, TOKPOS_DTYPE_F16);
+    const DType pd = dtype_arg(fn, "pos_dtype", pos_dtype, TOKPOS_DTYPE_F16);
+    const TensorView o = tensor_of(fn, "out", out, od, {{"B", B}, {"T", T}, {"D", D, 1}}, used);
+    const TensorView i = tensor_of(fn, "ids", ids, DType::kI64, {{"B", B}, {"T", T}}, used);
+    const TensorView tok = tensor_of(fn, "token_table", token_table, td, {{"V", V, 1}, {"D", D, 1}}, used);
+    const TensorView pos = tensor_of(fn, "pos_table", pos_table, pd, {{"L", L, 1}, {"D", D, 1}}, used);
+    if (used) tokpos::ops::compose_forward(o, i, tok, pos.get(), nullptr, 0, {.where = fn});
   });
 }
 }  // namespace
@@ -271,26 +234,26 @@ tokpos_status tokpos_compose_backward(float* d_token_table, float* d_pos_table, 
                                       int64_t D) {
   constexpr const char* fn = "tokpos_compose_backward";
   return guard(fn, [&] {
-    check_compose_sizes(fn, B, T, V, L, D);
-    if (B == 0 || T == 0) return;  // an empty batch changes nothing and succeeds, NULL buffers included
-    using tokpos::DType;
-    using tokpos::TensorView;
-    const TensorView d_pos(d_pos_table, DType::kF32, {L, D});
-    tokpos::ops::compose_backward(TensorView(d_token_table, DType::kF32, {V, D}).get(),
-                                  d_pos_table != nullptr ? d_pos.get() : nullptr,
-                                  TensorView(d_out, DType::kF32, {B, T, D}), TensorView(ids, DType::kI64, {B, T}),
-                                  nullptr, 0, {.where = fn});
+    const bool used = B > 0 && T > 0;  // an empty batch changes nothing and succeeds, NULL buffers included
+    const TensorView g = tensor_of(fn, "d_out", d_out, DType::kF32, {{"B", B}, {"T", T}, {"D", D, 1}}, used);
+    const TensorView i = tensor_of(fn, "ids", ids, DType::kI64, {{"B", B}, {"T", T}}, used);
+    const TensorView d_tok =
+        tensor_of(fn, "d_token_table", d_token_table, DType::kF32, {{"V", V, 1}, {"D", D, 1}}, used);
+    const TensorView d_pos =
+        tensor_of(fn, "d_pos_table", d_pos_table, DType::kF32, {{"L", L, 1}, {"D", D, 1}}, used && d_pos_table);
+    if (used)
+      tokpos::ops::compose_backward(d_tok.get(), d_pos_table ? d_pos.get() : nullptr, g, i, nullptr, 0, {.where = fn});
   });
 }
 
 tokpos_status tokpos_op_compose_forward(const DLTensor* out, const DLTensor* ids, const DLTensor* token_table,
                                         const DLTensor* pos_table, const DLTensor* position_ids, int64_t start) {
   constexpr const char* fn = "tokpos_op_compose_forward";
-  return op_call(fn, [&] {
-    tokpos::detail::check_not_null(fn, "out", out);
-    tokpos::detail::check_not_null(fn, "ids", ids);
-    tokpos::detail::check_not_null(fn, "token_table", token_table);
-    tokpos::ops::compose_forward(*out, *ids, *token_table, pos_table, position_ids, start, {.where = fn});
+  return guard(fn, [&] {
+    const DLTensor& o = tensor_arg(fn, "out", out);
+    const DLTensor& i = tensor_arg(fn, "ids", ids);
+    tokpos::ops::compose_forward(o, i, tensor_arg(fn, "token_table", token_table), pos_table, position_ids, start,
+                                 {.where = fn});
   });
 }
 
@@ -298,23 +261,24 @@ tokpos_status tokpos_op_compose_backward(const DLTensor* d_token_table, const DL
                                          const DLTensor* d_out, const DLTensor* ids, const DLTensor* position_ids,
                                          int64_t start) {
   constexpr const char* fn = "tokpos_op_compose_backward";
-  return op_call(fn, [&] {
-    tokpos::detail::check_not_null(fn, "d_out", d_out);
-    tokpos::detail::check_not_null(fn, "ids", ids);
-    tokpos::ops::compose_backward(d_token_table, d_pos_table, *d_out, *ids, position_ids, start, {.where = fn});
+  return guard(fn, [&] {
+    const DLTensor& g = tensor_arg(fn, "d_out", d_out);
+    tokpos::ops::compose_backward(d_token_table, d_pos_table, g, tensor_arg(fn, "ids", ids), position_ids, start,
+                                  {.where = fn});
   });
 }
 
+// vocab_size 0 would mean "not a shard" to the op: here it is an error.
 tokpos_status tokpos_op_compose_forward_shard(const DLTensor* out, const DLTensor* ids, const DLTensor* shard_table,
                                               int64_t vocab_size, int64_t row_begin, const DLTensor* pos_table,
                                               const DLTensor* position_ids, int64_t start) {
   constexpr const char* fn = "tokpos_op_compose_forward_shard";
-  return op_call(fn, [&] {
-    tokpos::detail::check_not_null(fn, "out", out);
-    tokpos::detail::check_not_null(fn, "ids", ids);
-    tokpos::detail::check_not_null(fn, "shard_table", shard_table);
+  return guard(fn, [&] {
+    const DLTensor& o = tensor_arg(fn, "out", out);
+    const DLTensor& i = tensor_arg(fn, "ids", ids);
+    const DLTensor& shard = tensor_arg(fn, "shard_table", shard_table);
     check_at_least(fn, "vocab_size", vocab_size, 1);
-    tokpos::ops::compose_forward(*out, *ids, *shard_table, pos_table, position_ids, start,
+    tokpos::ops::compose_forward(o, i, shard, pos_table, position_ids, start,
                                  {.where = fn, .shard = {vocab_size, row_begin}});
   });
 }
@@ -323,11 +287,11 @@ tokpos_status tokpos_op_compose_backward_shard(const DLTensor* d_shard_table, co
                                                const DLTensor* d_out, const DLTensor* ids, int64_t vocab_size,
                                                int64_t row_begin, const DLTensor* position_ids, int64_t start) {
   constexpr const char* fn = "tokpos_op_compose_backward_shard";
-  return op_call(fn, [&] {
-    tokpos::detail::check_not_null(fn, "d_out", d_out);
-    tokpos::detail::check_not_null(fn, "ids", ids);
+  return guard(fn, [&] {
+    const DLTensor& g = tensor_arg(fn, "d_out", d_out);
+    const DLTensor& i = tensor_arg(fn, "ids", ids);
     check_at_least(fn, "vocab_size", vocab_size, 1);
-    tokpos::ops::compose_backward(d_shard_table, d_pos_table, *d_out, *ids, position_ids, start,
+    tokpos::ops::compose_backward(d_shard_table, d_pos_table, g, i, position_ids, start,
                                   {.where = fn, .shard = {vocab_size, row_begin}});
   });
 }
@@ -382,9 +346,7 @@ tokpos_status tokpos_token_embedding_from_table(tokpos_token_embedding** out, co
   constexpr const char* fn = "tokpos_token_embedding_from_table";
   return guard(fn, [&] {
     tokpos::detail::check_not_null(fn, "out", out);
-    check_at_least(fn, "V", V, 1);
-    check_at_least(fn, "D", D, 1);
-    auto src = span_of(fn, "table", table, checked_mul(fn, "V*D", V, D));
+    auto src = span_of(fn, "table", table, {{"V", V, 1}, {"D", D, 1}});
     *out = new tokpos_token_embedding{tokpos::TokenEmbedding::from_pretrained(
                                           {src.begin(), src.end()}, {.vocab_size = V, .dim = D}, frozen != 0),
                                       {}};
@@ -399,14 +361,7 @@ tokpos_status tokpos_token_embedding_set_id_policy(tokpos_token_embedding* e, to
 
 tokpos_status tokpos_token_embedding_set_padding_idx(tokpos_token_embedding* e, int64_t padding_idx) {
   constexpr const char* fn = "tokpos_token_embedding_set_padding_idx";
-  return guard(fn, [&] {
-    auto& m = handle(fn, e).module;
-    if (padding_idx < -1 || padding_idx >= m.vocab_size()) {
-      fail(Status::kInvalidArgument, fn, "padding_idx ", padding_idx, " is outside [-1, ", m.vocab_size(),
-           ")");
-    }
-    m.set_padding_idx(padding_idx < 0 ? std::nullopt : std::optional<int64_t>(padding_idx));
-  });
+  return guard(fn, [&] { handle(fn, e).module.set_padding_idx(optional_row(padding_idx)); });
 }
 
 tokpos_status tokpos_token_embedding_forward(const tokpos_token_embedding* e, const int64_t* ids, int64_t B,
@@ -414,10 +369,8 @@ tokpos_status tokpos_token_embedding_forward(const tokpos_token_embedding* e, co
   constexpr const char* fn = "tokpos_token_embedding_forward";
   return guard(fn, [&] {
     const auto& m = handle(fn, e).module;
-    check_at_least(fn, "B", B, 0);
-    check_at_least(fn, "T", T, 0);
-    const int64_t n_out = checked_mul3(fn, "B*T*D", B, T, m.dim());
-    m.forward(span_of(fn, "ids", ids, B * T), B, T, span_of(fn, "out", out, n_out));
+    const auto dst = span_of(fn, "out", out, {{"B", B}, {"T", T}, {"D", m.dim()}});
+    m.forward(span_of(fn, "ids", ids, {{"B", B}, {"T", T}}), B, T, dst);
   });
 }
 
@@ -427,11 +380,8 @@ tokpos_status tokpos_token_embedding_backward(tokpos_token_embedding* e, const f
   constexpr const char* fn = "tokpos_token_embedding_backward";
   return guard(fn, [&] {
     auto& h = handle(fn, e);
-    check_at_least(fn, "B", B, 0);
-    check_at_least(fn, "T", T, 0);
-    const int64_t n = checked_mul3(fn, "B*T*D", B, T, h.module.dim());
-    auto touched = h.module.backward(span_of(fn, "d_out", d_out, n), span_of(fn, "ids", ids, B * T), B, T);
-    h.touched = std::move(touched);
+    const auto src = span_of(fn, "d_out", d_out, {{"B", B}, {"T", T}, {"D", h.module.dim()}});
+    h.touched = h.module.backward(src, span_of(fn, "ids", ids, {{"B", B}, {"T", T}}), B, T);
     if (num_touched) *num_touched = static_cast<int64_t>(h.touched.size());
   });
 }
@@ -506,8 +456,7 @@ tokpos_status tokpos_position_embedding_forward(const tokpos_position_embedding*
   constexpr const char* fn = "tokpos_position_embedding_forward";
   return guard(fn, [&] {
     const auto& m = *handle(fn, p).module;
-    check_at_least(fn, "T", T, 0);
-    m.forward(span_of(fn, "out", out, checked_mul(fn, "T*D", T, m.dim())), T, start);
+    m.forward(span_of(fn, "out", out, {{"T", T}, {"D", m.dim()}}), T, start);
   });
 }
 
@@ -516,11 +465,9 @@ tokpos_status tokpos_position_embedding_backward(tokpos_position_embedding* p, c
   constexpr const char* fn = "tokpos_position_embedding_backward";
   return guard(fn, [&] {
     auto& m = *handle(fn, p).module;
-    check_at_least(fn, "B", B, 0);
-    check_at_least(fn, "T", T, 0);
-    const int64_t n = checked_mul3(fn, "B*T*D", B, T, m.dim());
-    m.check_positions(B, T, {.start = start}, fn);
-    m.backward(span_of(fn, "d_out", d_out, n), B, T, {.start = start});
+    const auto src = span_of(fn, "d_out", d_out, {{"B", B}, {"T", T}, {"D", m.dim()}});
+    m.check_positions(B, T, {.start = start}, fn);  // a sinusoidal table's backward is a no-op that checks nothing
+    m.backward(src, B, T, {.start = start});
   });
 }
 
@@ -578,15 +525,12 @@ tokpos_status tokpos_composer_create(tokpos_composer** out, const tokpos_compose
   return guard(fn, [&] {
     tokpos::detail::check_not_null(fn, "out", out);
     tokpos::detail::check_not_null(fn, "options", o);
-    if (o->padding_idx < -1) {
-      fail(Status::kInvalidArgument, fn, "padding_idx ", o->padding_idx, " must be -1 (none) or a row");
-    }
     tokpos::TokenEmbedding token(
         {.vocab_size = o->vocab_size,
          .dim = o->dim,
          .seed = o->seed,
          .init_std = o->init_std,
-         .padding_idx = o->padding_idx < 0 ? std::nullopt : std::optional<int64_t>(o->padding_idx),
+         .padding_idx = optional_row(o->padding_idx),
          .id_policy = to_policy(fn, o->id_policy, o->unk_id)});
     std::unique_ptr<tokpos::PositionalEmbedding> position;
     switch (o->position) {
@@ -613,7 +557,7 @@ tokpos::ComposeOptions compose_options(const char* fn, const int64_t* position_i
                                        int64_t start) {
   tokpos::ComposeOptions o;
   o.positions.start = start;
-  if (position_ids != nullptr) o.positions.ids = span_of(fn, "position_ids", position_ids, B * T);
+  if (position_ids != nullptr) o.positions.ids = span_of(fn, "position_ids", position_ids, {{"B", B}, {"T", T}});
   return o;
 }
 }  // namespace
@@ -625,11 +569,8 @@ tokpos_status tokpos_composer_forward(const tokpos_composer* c, const int64_t* i
   constexpr const char* fn = "tokpos_composer_forward";
   return guard(fn, [&] {
     const auto& m = handle(fn, c).module;
-    check_at_least(fn, "B", B, 0);
-    check_at_least(fn, "T", T, 0);
-    const int64_t n_out = checked_mul3(fn, "B*T*D", B, T, m.dim());
-    m.forward(span_of(fn, "ids", ids, B * T), B, T, span_of(fn, "out", out, n_out),
-              compose_options(fn, position_ids, B, T, start));
+    const auto dst = span_of(fn, "out", out, {{"B", B}, {"T", T}, {"D", m.dim()}});
+    m.forward(span_of(fn, "ids", ids, {{"B", B}, {"T", T}}), B, T, dst, compose_options(fn, position_ids, B, T, start));
   });
 }
 
@@ -639,10 +580,8 @@ tokpos_status tokpos_composer_backward(tokpos_composer* c, const float* d_out, c
   constexpr const char* fn = "tokpos_composer_backward";
   return guard(fn, [&] {
     auto& h = handle(fn, c);
-    check_at_least(fn, "B", B, 0);
-    check_at_least(fn, "T", T, 0);
-    const int64_t n = checked_mul3(fn, "B*T*D", B, T, h.module.dim());
-    h.touched = h.module.backward(span_of(fn, "d_out", d_out, n), span_of(fn, "ids", ids, B * T), B, T,
+    const auto src = span_of(fn, "d_out", d_out, {{"B", B}, {"T", T}, {"D", h.module.dim()}});
+    h.touched = h.module.backward(src, span_of(fn, "ids", ids, {{"B", B}, {"T", T}}), B, T,
                                   compose_options(fn, position_ids, B, T, start));
     if (num_touched) *num_touched = static_cast<int64_t>(h.touched.size());
   });
