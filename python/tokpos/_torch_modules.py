@@ -154,13 +154,17 @@ class PositionalEmbedding(nn.Module):
         kernel's, naming the position, its (b, t) and the limit)."""
         where = f"tokpos.torch.{type(self).__name__}"
         weight = self.weight if torch.compiler.is_compiling() else _table(self)
+        # The table is the kernel's position table, so its range check and
+        # its words are the positions' own. The token side is one row of
+        # -0.0, the exact identity of float addition: out is the table's rows
+        # bit for bit (and its gradient the table's alone).
+        zero_row = torch.full((1, weight.shape[-1]), -0.0, dtype=weight.dtype)
         if not isinstance(positions, Tensor):
             T = check_int("seq_len", positions, 0)
             start = check_int("start", start, 0)
-            if T:  # the rows' ids, start .. start + T - 1, must be int64s
-                check_int("start + seq_len - 1", start + T - 1, 0)
-            positions = torch.arange(T, dtype=torch.int64).add_(start)
-        return _compose(positions, weight, None, None, 0, -1, False, where)
+            return _compose(torch.zeros(T, dtype=torch.int64), zero_row, weight, None, start, -1, False, where)
+        ids = torch.zeros(positions.shape, dtype=torch.int64)
+        return _compose(ids, zero_row, weight, positions, 0, -1, False, where)
 
     def extra_repr(self) -> str:
         return f"{self.max_context_length}, {self.dim}"

@@ -83,6 +83,24 @@ def test_a_position_id_out_of_range_reads_the_same_everywhere():
 def test_a_positional_module_reads_the_same_everywhere():
     pos = tt.LearnedPositionalEmbedding(L, D)
     p = torch.tensor([[1, 5, 130]])
-    check(messages(pos, p), "token id 130 at (b=0, t=2) is outside [0, 16)")
+    check(messages(pos, p), "position id 130 at (b=0, t=2) is outside [0, 16)")
     # forward(seq_len): rows start .. start + T - 1, checked by the same kernel.
-    check(messages(pos, L + 1), f"token id {L} at (b=0, t={L}) is outside [0, {L})")
+    check(messages(pos, L + 1), f"positions 0 .. {L} (start 0, T = {L + 1}) exceed the {L} rows of pos_table")
+    check(messages(pos, 3, start=L - 1), f"positions {L - 1} .. {L + 1} (start {L - 1}, T = 3) exceed the {L} rows")
+
+
+def test_a_positional_lookup_is_the_table_bit_for_bit():
+    """The lookup adds a row of -0.0: every value comes back unchanged,
+    -0.0, subnormals, infinities and NaN included, in every table dtype."""
+    special = [0.0, -0.0, 1e-45, -1e-45, 1.5, float("inf"), -float("inf"), float("nan")]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        pos = tt.LearnedPositionalEmbedding(L, D)
+        with torch.no_grad():
+            pos.weight.copy_(torch.randn(L, D))
+            pos.weight[0, : len(special)] = torch.tensor(special)
+            pos.weight.data = pos.weight.data.to(dtype)
+        for out, want in ((pos(L), pos.weight), (pos(torch.tensor([[0, 3], [L - 1, 0]])), pos.weight[[[0, 3], [L - 1, 0]]])):
+            assert out.dtype == dtype
+            got_bits = out.detach().contiguous().view(torch.int16 if dtype != torch.float32 else torch.int32)
+            want_bits = want.detach().contiguous().view(torch.int16 if dtype != torch.float32 else torch.int32)
+            assert torch.equal(got_bits, want_bits), dtype
