@@ -524,15 +524,15 @@ TEST(Cli, BaseErrorsAreReadable) {
     EXPECT_NE(r.out.find("finite"), std::string::npos) << args << " -> " << r.out;
     EXPECT_LT(r.out.size(), 300u) << args << " -> " << r.out;  // no 300-digit bound
   }
-  // The demo's wavelength bands need wavelengths that grow with the pair: base > 1.
-  for (const char* base : {"0.5", "1"}) {
+  // Every command takes the library's base, finite and > 0: the demo reports
+  // wavelengths that shrink with the pair (base < 1) or stay (base = 1) too.
+  for (const char* base : {"0.5", "1", "1.5"}) {
     const auto r = run(std::string("demo --base ") + base);
-    EXPECT_EQ(r.status, 1) << r.out;
-    EXPECT_NE(r.out.find("--base"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("> 1"), std::string::npos) << r.out;
-    EXPECT_EQ(r.out.find("[0, 0)"), std::string::npos) << r.out;
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(std::string("base = ") + base + ": 32 sin/cos pairs"), std::string::npos) << r.out;
   }
-  EXPECT_EQ(run("demo --base 1.5").status, 0);
+  const auto shrinking = run("demo --base 0.5");
+  EXPECT_NE(shrinking.out.find("shortest 3.21, longest 6 positions"), std::string::npos) << shrinking.out;
 }
 
 TEST(Cli, ProgressOnlyOnATerminal) {

@@ -36,6 +36,8 @@
 
 #include "serve_process.h"
 #include "tokpos/diagnostics.h"
+#include "tokpos/error.h"
+#include "tokpos/position_table.h"
 #include "tokpos/tokpos.h"
 
 namespace {
@@ -347,15 +349,15 @@ TEST_F(Serve, WavelengthsAndBandsMatchTheLibrary) {
 
 TEST_F(Serve, MissingAndUnparsableParametersAre400NamingThem) {
   expect_bad("/api/embed", "text", {"missing", "4096"});
-  expect_bad("/api/embed?text=a&dim=abc", "dim", {"'abc'", "not an integer", "[2, 4096]"});
-  expect_bad("/api/embed?text=a&dim=", "dim", {"not an integer", "[2, 4096]"});
+  expect_bad("/api/embed?text=a&dim=abc", "dim", {"'abc'", "not an integer", "[1, 1048576]"});
+  expect_bad("/api/embed?text=a&dim=", "dim", {"not an integer", "[1, 1048576]"});
   expect_bad("/api/embed?text=a&dim=2.5", "dim", {"not an integer"});
   expect_bad("/api/embed?text=a&dim=%2B8", "dim", {"not an integer"});
-  expect_bad("/api/embed?text=a&context=x", "context", {"not an integer", "[1, 65536]"});
+  expect_bad("/api/embed?text=a&context=x", "context", {"not an integer", "[1, 1048576]"});
   expect_bad("/api/embed?text=a&vocab=1e3", "vocab", {"not an integer", "[1, 16777216]"});
   expect_bad("/api/embed?text=a&seed=x", "seed", {"not an integer", "18446744073709551615"});
   expect_bad("/api/embed?text=a&seed=-1", "seed", {"not an integer", "18446744073709551615"});
-  expect_bad("/api/embed?text=a&base=abc", "base", {"not a number", "> 1"});
+  expect_bad("/api/embed?text=a&base=abc", "base", {"not a number", "finite and > 0"});
   expect_bad("/api/similarity?max_offset=z", "max_offset", {"not an integer"});
   expect_bad("/api/wavelengths?dim=", "dim", {"not an integer"});
   expect_bad("/api/wavelengths?base=", "base", {"not a number"});
@@ -363,20 +365,20 @@ TEST_F(Serve, MissingAndUnparsableParametersAre400NamingThem) {
 }
 
 TEST_F(Serve, OutOfBoundsValuesAre400NamingTheLimit) {
-  expect_bad("/api/embed?text=a&dim=1", "dim", {"[2, 4096]"});
-  expect_bad("/api/embed?text=a&dim=4097", "dim", {"[2, 4096]"});
-  expect_bad("/api/embed?text=a&dim=99999999999999999999", "dim", {"[2, 4096]"});
-  expect_bad("/api/embed?text=a&context=0", "context", {"[1, 65536]"});
-  expect_bad("/api/embed?text=a&context=65537", "context", {"[1, 65536]"});
+  expect_bad("/api/embed?text=a&dim=0", "dim", {"[1, 1048576]"});
+  expect_bad("/api/embed?text=a&dim=1048577", "dim", {"[1, 1048576]"});
+  expect_bad("/api/embed?text=a&dim=99999999999999999999", "dim", {"[1, 1048576]"});
+  expect_bad("/api/embed?text=a&context=0", "context", {"[1, 1048576]"});
+  expect_bad("/api/embed?text=a&context=1048577", "context", {"[1, 1048576]"});
   expect_bad("/api/embed?text=a&vocab=0", "vocab", {"[1, 16777216]"});
   expect_bad("/api/embed?text=a&vocab=16777217", "vocab", {"[1, 16777216]"});
   expect_bad("/api/embed?text=a&seed=18446744073709551616", "seed", {"18446744073709551615"});
-  for (const char* base : {"1", "0.5", "-3", "0", "inf", "nan", "1e400"}) {
-    expect_bad(std::string("/api/embed?text=a&base=") + base, "base", {"finite and > 1"});
-    expect_bad(std::string("/api/wavelengths?base=") + base, "base", {"finite and > 1"});
+  for (const char* base : {"-3", "0", "inf", "nan", "1e400"}) {
+    expect_bad(std::string("/api/embed?text=a&base=") + base, "base", {"finite and > 0"});
+    expect_bad(std::string("/api/wavelengths?base=") + base, "base", {"finite and > 0"});
   }
-  expect_bad("/api/wavelengths?dim=4097", "dim", {"[2, 4096]"});
-  expect_bad("/api/similarity?context=65537", "context", {"[1, 65536]"});
+  expect_bad("/api/wavelengths?dim=1048577", "dim", {"[1, 1048576]"});
+  expect_bad("/api/similarity?context=1048577", "context", {"[1, 1048576]"});
   // Text: 4096 bytes at most, one token per byte, no more tokens than context.
   expect_bad("/api/embed?context=8192&dim=2&text=" + std::string(4097, 'a'), "text", {"4097", "4096 bytes"});
   EXPECT_EQ(get("/api/embed?context=4096&dim=2&text=" + std::string(4096, 'a'))->status, 200);
@@ -642,3 +644,40 @@ TEST(ServeLoad, TwoThousandRequestsOverSixteenConnections) {
 }
 
 }  // namespace
+
+// base has the library's rule, finite and > 0, as on the command line: a base
+// at or below 1 is served (frequencies that grow with the pair), and one the
+// library refuses at that context is a 400 naming base, with its message.
+TEST_F(Serve, BasesAtOrBelowOneAreServedAndTheLibrarysRefusalIsA400) {
+  for (const char* base : {"0.5", "1"}) {
+    const double b = std::stod(base);
+    auto w = get(std::string("/api/wavelengths?dim=8&base=") + base);
+    ASSERT_TRUE(w);
+    ASSERT_EQ(w->status, 200) << base << " -> " << w->body;
+    EXPECT_EQ(json::parse(w->body)["wavelengths"].get<std::vector<double>>(), tokpos::sinusoidal_wavelengths(8, b));
+    auto s = get(std::string("/api/similarity?dim=8&context=16&base=") + base);
+    ASSERT_TRUE(s);
+    ASSERT_EQ(s->status, 200) << base << " -> " << s->body;
+    const auto table = tokpos::position_table(16, 8, 0, {.base = b});
+    EXPECT_EQ(json::parse(s->body)["adjacent"].get<std::vector<double>>(), tokpos::adjacent_cosine(table, 16, 8));
+    auto e = get(std::string("/api/embed?text=Hi&dim=8&context=16&base=") + base);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->status, 200) << base << " -> " << e->body;
+  }
+  std::string refusal;
+  try {
+    (void)tokpos::position_table(64, 4, 0, {.base = 1e-300});
+  } catch (const tokpos::Error& err) {
+    refusal = err.what();
+  }
+  ASSERT_NE(refusal.find("too fast"), std::string::npos) << refusal;
+  for (const char* path : {"/api/similarity?dim=4&context=64&base=1e-300",
+                           "/api/embed?text=Hi&dim=4&context=64&base=1e-300"}) {
+    auto res = get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 400) << path << " -> " << res->body;
+    const json j = json::parse(res->body);
+    EXPECT_EQ(j.value("parameter", ""), "base") << res->body;
+    EXPECT_EQ(j.value("error", ""), refusal) << res->body;
+  }
+}

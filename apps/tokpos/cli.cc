@@ -1,45 +1,53 @@
 // The tokpos command line: every subcommand's flags, checks and defaults.
 #include "cli.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
-#include <limits>
 #include <string>
 
+#include "frontend/params.h"
 #include "tokpos/tokpos.h"
 
 namespace tokpos::app {
 namespace {
 
-// A seed: decimal digits only, in [0, 2^64). CLI11 alone would wrap -1 to
-// 2^64 - 1 and saturate 2^64 and 1e23 to it, silently.
-CLI::Validator seed_range() {
+namespace fe = tokpos::frontend;
+
+// A flag checked by its parameter's rule (frontend/params.h): the message is
+// the rule's own, the one python -m tokpos and tokpos serve give too. CLI11
+// converts the value only after the rule has accepted its text.
+template <class Parse>
+CLI::Validator by_rule(Parse parse, const std::string& description, const std::string& name) {
   return CLI::Validator(
-      [](std::string& s) -> std::string {
-        const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
-        errno = 0;
-        if (digits) (void)std::strtoull(s.c_str(), nullptr, 10);
-        if (!digits || errno == ERANGE) {
-          return "'" + s + "' is not an integer in [0, 2^64 - 1 = 18446744073709551615]";
+      [parse](std::string& s) -> std::string {
+        try {
+          parse(s);
+        } catch (const fe::ParamError& e) {
+          return e.what();
         }
         return {};
       },
-      "UINT64", "seed");
+      description, name);
 }
 
-// A positive finite number, with a readable bound in the message (CLI::Range
-// over the doubles printed the largest double in full, 309 digits).
-CLI::Validator positive_finite() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(s.c_str(), &end);
-        if (end == s.c_str() || *end != '\0') return "'" + s + "' is not a number";
-        if (!(v > 0) || !std::isfinite(v)) return "'" + s + "' must be > 0 and finite";
-        return {};
-      },
-      "POSITIVE", "positive_finite");
+CLI::Validator rule(const fe::IntParam& p) {
+  return by_rule([p](const std::string& s) { (void)fe::parse(p, s); }, fe::describe(p), p.name);
+}
+
+CLI::Validator rule(const fe::PositiveParam& p) {
+  return by_rule([p](const std::string& s) { (void)fe::parse(p, s); }, fe::describe(p), p.name);
+}
+
+CLI::Validator seed_rule() {
+  return by_rule([](const std::string& s) { (void)fe::parse_seed(s); }, fe::describe_seed(), fe::kSeed);
+}
+
+CLI::Validator layout_rule() {
+  return by_rule([](const std::string& s) { (void)fe::parse_layout_param(s); },
+                 "one of " + fe::join(fe::layout_names()), "layout");
+}
+
+CLI::Validator dtype_rule() {
+  return by_rule([](const std::string& s) { (void)fe::parse_float_dtype(s); },
+                 "one of " + fe::join(fe::float_dtype_names()), "dtype");
 }
 
 }  // namespace
@@ -54,53 +62,50 @@ void configure_cli(CLI::App& app, Commands& c) {
   c.demo_cmd->add_option("--text", demo.text, "Text to embed (byte tokenizer: id = byte + 4)")
       ->capture_default_str();
   c.demo_cmd->add_option("--dim", demo.dim, "Model width D")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->check(rule(fe::kDim))
       ->capture_default_str();
   c.demo_cmd->add_option("--vocab", demo.vocab_size, "Vocabulary size V")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->check(rule(fe::kVocab))
       ->capture_default_str();
   c.demo_cmd->add_option("--context", demo.max_context, "Max context L")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->check(rule(fe::kContext))
       ->capture_default_str();
   c.demo_cmd->add_option("--seed", demo.seed, "Seed of the Philox initialiser, in [0, 2^64)")
-      ->check(seed_range())
+      ->check(seed_rule())
       ->capture_default_str();
-  c.demo_cmd->add_option("--base", demo.base, "Sinusoidal base (> 1, for the wavelength bands)")
-      ->check(positive_finite())
+  c.demo_cmd->add_option("--base", demo.base, "Sinusoidal base")
+      ->check(rule(fe::kBase))
       ->capture_default_str();
   c.demo_cmd->add_flag("--json", demo.json, "Print one JSON object instead of the report");
 
   auto& table = c.table;
   c.table_cmd =
       app.add_subcommand("table", "Write an exact sinusoidal position table as a .npy file");
-  c.table_cmd->add_option("--layout", table.layout, "interleaved|halves|fairseq|t2t|ggml")
-      ->check(CLI::IsMember({"interleaved", "halves", "fairseq", "t2t", "ggml"}))
+  c.table_cmd->add_option("--layout", table.layout, fe::join(fe::layout_names(), "|"))
+      ->check(layout_rule())
       ->capture_default_str();
-  c.table_cmd->add_option("--dim", table.dim, "Width D")
-      ->required()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  c.table_cmd->add_option("--context", table.context, "Rows L")
-      ->required()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 26));
+  c.table_cmd->add_option("--dim", table.dim, "Width D")->required()->check(rule(fe::kDim));
+  c.table_cmd->add_option("--context", table.context, "Rows L")->required()->check(rule(fe::kContext));
   c.table_cmd->add_option("--start", table.start, "First position P (rows are P .. P+L-1)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 52))
+      ->check(rule(fe::kStart))
       ->capture_default_str();
   c.table_cmd->add_option("--base", table.base, "Base (t2t: max_timescale, ggml: max_period)")
-      ->check(positive_finite())
+      ->check(rule(fe::kBase))
       ->capture_default_str();
   c.table_cmd->add_option("--min-timescale", table.min_timescale, "t2t only")
-      ->check(positive_finite())
+      ->check(rule(fe::kMinTimescale))
       ->capture_default_str();
   c.table_cmd
       ->add_option("--padding-idx", table.padding_idx, "fairseq only: this position's row is zero (-1: none)")
-      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 52))
+      ->check(rule(fe::kPaddingIdx))
       ->capture_default_str();
-  c.table_cmd->add_option("--dtype", table.dtype, "f32|bf16|f16 (bf16 stored as uint16 bits)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+  c.table_cmd
+      ->add_option("--dtype", table.dtype, fe::join(fe::float_dtype_names(), "|") + " (bf16 stored as uint16 bits)")
+      ->check(dtype_rule())
       ->capture_default_str();
   c.table_cmd->add_option("--out", table.out, "Output FILE.npy")->required();
   c.table_cmd->add_option("--relative", table.relative, "Also report the relative-position fit at offset K")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 26));
+      ->check(rule(fe::kRelative));
 
   auto& rope = c.rope;
   c.rope_cmd = app.add_subcommand(
@@ -109,8 +114,8 @@ void configure_cli(CLI::App& app, Commands& c) {
       "and inv_freq as X.inv_freq.npy, (D/2,) float64");
   c.rope_cmd->add_option("--dim", rope.dim, "Rotary dimension D (even)")
       ->required()
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
-  c.rope_cmd->add_option("--base", rope.base, "rope_theta")->check(positive_finite())->capture_default_str();
+      ->check(rule(fe::kRotaryDim));
+  c.rope_cmd->add_option("--base", rope.base, "rope_theta")->check(rule(fe::kBase))->capture_default_str();
   c.rope_cmd->add_option("--scaling", rope.scaling,
                          "transformers' rope_scaling JSON, e.g. "
                          "'{\"rope_type\":\"yarn\",\"factor\":4,\"original_max_position_embeddings\":4096}' "
@@ -118,7 +123,7 @@ void configure_cli(CLI::App& app, Commands& c) {
   c.rope_cmd->add_option("--positions", rope.positions, "A:B, the positions A .. B-1 (0 <= A < B <= 2^31)")
       ->required();
   c.rope_cmd->add_option("--seq-len", rope.seq_len, "dynamic, longrope: the current sequence length")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 52));
+      ->check(rule(fe::kSeqLen));
   c.rope_cmd->add_option("--layout", rope.layout, "half (rotate_half, GPT-NeoX) | interleaved (GPT-J, Meta)")
       ->check(CLI::IsMember({"half", "interleaved"}))
       ->capture_default_str();
@@ -137,8 +142,7 @@ void configure_cli(CLI::App& app, Commands& c) {
                         "bert: segment ids, same shape as --ids (default 0)");
   c.embed_cmd->add_option("--mask", embed.mask,
                         "gpt2: attention mask over past + current tokens, for left padding");
-  c.embed_cmd->add_option("--past", embed.past, "gpt2: tokens already in the cache")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  c.embed_cmd->add_option("--past", embed.past, "gpt2: tokens already in the cache")->check(rule(fe::kPast));
   c.embed_cmd
       ->add_option(
           "--map", embed.map,
@@ -157,16 +161,17 @@ void configure_cli(CLI::App& app, Commands& c) {
   auto& plot = c.plot;
   c.plot_cmd = app.add_subcommand("plot", "Draw the diagnostics as PNG and SVG pictures");
   c.plot_cmd->add_option("--dim", plot.dim, "Width D (also draws D/2 for the wavelength bands)")
-      ->check(CLI::Range(int64_t{2}, int64_t{4096}))->capture_default_str();
-  c.plot_cmd->add_option("--context", plot.context, "Positions L")->check(CLI::Range(int64_t{2}, int64_t{2048}))->capture_default_str();
+      ->check(rule(fe::kPlotDim))->capture_default_str();
+  c.plot_cmd->add_option("--context", plot.context, "Positions L")
+      ->check(rule(fe::kPlotContext))->capture_default_str();
   c.plot_cmd->add_option("--base", plot.base, "Sinusoidal base")
-      ->check(positive_finite())->capture_default_str();
-  c.plot_cmd->add_option("--layout", plot.layout, "interleaved|halves|fairseq|t2t|ggml")
-      ->check(CLI::IsMember({"interleaved", "halves", "fairseq", "t2t", "ggml"}))->capture_default_str();
+      ->check(rule(fe::kBase))->capture_default_str();
+  c.plot_cmd->add_option("--layout", plot.layout, fe::join(fe::layout_names(), "|"))
+      ->check(layout_rule())->capture_default_str();
   c.plot_cmd->add_option("--out", plot.out, "Output directory (created if missing)")->capture_default_str();
   c.plot_cmd->add_option("--text", plot.text, "Text of the lookup example")->capture_default_str();
   c.plot_cmd->add_option("--seed", plot.seed, "Seed of the learned table, in [0, 2^64)")
-      ->check(seed_range())
+      ->check(seed_rule())
       ->capture_default_str();
 
   auto& serve = c.serve;
@@ -174,10 +179,10 @@ void configure_cli(CLI::App& app, Commands& c) {
   c.serve_cmd->add_option("--host", serve.host, "Address to bind (anything but loopback is warned about)")
       ->capture_default_str();
   c.serve_cmd->add_option("--port", serve.port, "TCP port (0: any free port, printed when ready)")
-      ->check(CLI::Range(0, 65535))
+      ->check(rule(fe::kPort))
       ->capture_default_str();
   c.serve_cmd->add_option("--threads", serve.threads, "Requests served at once (worker threads)")
-      ->check(CLI::Range(1, 256))
+      ->check(rule(fe::kThreads))
       ->capture_default_str();
 }
 

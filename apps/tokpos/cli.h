@@ -4,7 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "demo.h"
+#include "frontend/demo_report.h"
 #include "embed.h"
 #include "plots.h"
 #include "rope_cmd.h"
@@ -14,7 +14,7 @@
 namespace tokpos::app {
 
 struct Commands {
-  DemoOptions demo;
+  frontend::DemoOptions demo;
   TableCommand table;
   RopeCommand rope;
   EmbedCommand embed;

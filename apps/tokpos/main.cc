@@ -7,9 +7,29 @@
 //   serve  an interactive page and a JSON API on a local port
 #include <iostream>
 #include <new>
+#include <optional>
+#include <string_view>
 
 #include "cli.h"
+#include "progress.h"
 #include "tokpos/error.h"
+
+namespace {
+
+// The demo's report, with the progress bar on stderr drawn from its steps.
+void run_demo(const tokpos::frontend::DemoOptions& options) {
+  std::optional<tokpos::plot::Progress> bar;
+  tokpos::frontend::run_demo(options, std::cout, [&bar](int step, int total, std::string_view label) {
+    if (!bar) bar.emplace("demo", total);
+    if (step < total) {
+      bar->step(std::string(label));
+    } else {
+      bar->done();
+    }
+  });
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tokpos: token and position embeddings, the input stage of a transformer"};
@@ -21,7 +41,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (*c.demo_cmd) tokpos::app::run_demo(c.demo, std::cout);
+    if (*c.demo_cmd) run_demo(c.demo);
     if (*c.table_cmd) tokpos::app::run_table(c.table, std::cout);
     if (*c.rope_cmd) tokpos::app::run_rope(c.rope, std::cout);
     if (*c.embed_cmd) tokpos::app::run_embed(c.embed, std::cout);

@@ -35,6 +35,8 @@ struct TableOptions {
 
 TOKPOS_API const char* layout_name(Layout layout);  // "interleaved", "halves", ...
 TOKPOS_API std::optional<Layout> parse_layout(std::string_view name);
+// Every layout, in enum order: the one list behind every list of layout names.
+TOKPOS_API std::span<const Layout> all_layouts();
 
 // Number of sin/cos frequency pairs of the layout at width D.
 TOKPOS_API int64_t num_frequency_pairs(Layout layout, int64_t D);

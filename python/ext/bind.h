@@ -62,7 +62,8 @@ inline const DLTensor* maybe(std::optional<Tensor>& t, const std::optional<A>& a
   return &t.emplace(*a, name).dl;
 }
 
-// Defined in io.cc, positions.cc, rope.cc and shard.cc.
+// Defined in frontend.cc, io.cc, positions.cc, rope.cc and shard.cc.
+void bind_frontend(nb::module_& m);
 void bind_io(nb::module_& m);
 void bind_positions(nb::module_& m);
 void bind_rope(nb::module_& m);

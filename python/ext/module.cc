@@ -13,12 +13,11 @@
 
 #include <cstdint>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "bind.h"
 #include "common/check.h"
-#include "demo.h"
+#include "frontend/params.h"
 #include "tokpos/error.h"
 #include "tokpos/ops.h"
 #include "tokpos/position_table.h"
@@ -159,12 +158,7 @@ void plan_gradient_rows(const Plan& p, const OutArray& values, const InArray& d_
 
 void sinusoidal_into(const OutArray& out, int64_t max_context, int64_t dim, double base, const std::string& layout,
                      int64_t start, std::optional<int64_t> padding_idx, double min_timescale) {
-  const auto l = tokpos::parse_layout(layout);
-  if (!l) {
-    throw tokpos::Error(tokpos::Status::kInvalidArgument,
-                        "tokpos.sinusoidal_table: layout \"" + layout +
-                            "\" is not one of \"interleaved\", \"halves\", \"fairseq\", \"t2t\", \"ggml\"");
-  }
+  const tokpos::Layout l = tokpos::frontend::parse_layout_param(layout);
   tokpos::DType dtype;
   const nb::dlpack::dtype t = out.dtype();
   if (t == nb::dtype<float>()) {
@@ -182,7 +176,7 @@ void sinusoidal_into(const OutArray& out, int64_t max_context, int64_t dim, doub
                         "tokpos.sinusoidal_table: out must be a contiguous (max_context, dim) array");
   }
   tokpos::TableOptions o;
-  o.layout = *l;
+  o.layout = l;
   o.base = base;
   o.min_timescale = min_timescale;
   o.padding_idx = padding_idx;
@@ -218,24 +212,6 @@ void init_table(const OutArray& out, uint64_t seed, uint64_t stream, double init
                 const std::string& where) {
   tokpos::detail::check_init_std(where.c_str(), init_std);
   fill_normal(out, seed, stream, 0.0, init_std, first);
-}
-
-std::string demo_report(const std::string& text, int64_t vocab_size, int64_t dim, int64_t max_context,
-                        uint64_t seed, double base, bool json) {
-  tokpos::app::DemoOptions o;
-  o.text = text;
-  o.vocab_size = vocab_size;
-  o.dim = dim;
-  o.max_context = max_context;
-  o.seed = seed;
-  o.base = base;
-  o.json = json;
-  std::ostringstream os;
-  {
-    nb::gil_scoped_release release;
-    tokpos::app::run_demo(o, os);
-  }
-  return os.str();
 }
 
 }  // namespace
@@ -287,7 +263,5 @@ NB_MODULE(_core, m) {
   tokpos::python::bind_positions(m);
   tokpos::python::bind_rope(m);
   tokpos::python::bind_shard(m);
-
-  m.def("demo_report", &demo_report, nb::arg("text"), nb::arg("vocab_size"), nb::arg("dim"),
-        nb::arg("max_context"), nb::arg("seed"), nb::arg("base"), nb::arg("json"));
+  tokpos::python::bind_frontend(m);
 }

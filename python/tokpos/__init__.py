@@ -50,7 +50,7 @@ __all__ = [
     *_rope_all,
 ]
 
-LAYOUTS = ("interleaved", "halves", "fairseq", "t2t", "ggml")
+LAYOUTS = tuple(_core.layout_names())  # the core's layout_name of every layout, in order
 DTYPES = ("float32", "float16", "bfloat16")
 FRAMEWORKS = ("numpy", "torch")
 
@@ -130,7 +130,8 @@ def sinusoidal_table(
     max_context = _count("max_context", max_context, 1)
     dim = _count("dim", dim, 1)
     start = _count("start", start, 0)
-    _choice("layout", layout, LAYOUTS)
+    # The core's rule for layout (the CLI's --layout and tokpos serve's layout= use it too).
+    layout = _core.parse_param("layout", layout if isinstance(layout, str) else repr(layout))
     _choice("dtype", dtype, DTYPES)
     _choice("framework", framework, FRAMEWORKS)
     if framework == "numpy" and dtype == "bfloat16":

@@ -3,62 +3,44 @@
     python -m tokpos demo [--text T] [--dim D] [--vocab V] [--context L]
                           [--seed S] [--base B] [--json]
 
-The options, their defaults and their ranges are those of the C++ tool's
-`tokpos demo` (apps/tokpos/cli.cc), and the report is printed by the same C++
-code (tokpos._core.demo_report), so both print the same bytes. A bad option
-exits with status 2 and argparse's message; a library error (for example a
-text longer than --context) prints "tokpos: error: ..." on stderr and exits
-with status 1, as the C++ tool does. --text must be UTF-8 (the C++ tool also
-takes other bytes).
+The options, their defaults and their rules are the C++ tool's `tokpos
+demo`: the defaults are read from the core (tokpos._core.DemoOptions), each
+value is checked by the core's rule for its parameter (the one the CLI and
+tokpos serve use, with the same message), and the report is printed by the
+same C++ code (tokpos._core.demo_report), so both print the same bytes. A
+bad option exits with status 2 and argparse's usage line above the rule's
+message; a library error (for example a text longer than --context) prints
+"tokpos: error: ..." on stderr and exits with status 1, as the C++ tool
+does. --text must be UTF-8 (the C++ tool also takes other bytes).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 from . import __version__, _core
 
-# The C++ tool's defaults (apps/tokpos/demo.h).
-DEFAULT_TEXT = "Hello, transformer!"
-DEFAULT_VOCAB = 260
-DEFAULT_DIM = 64
-DEFAULT_CONTEXT = 128
-DEFAULT_SEED = 0
-DEFAULT_BASE = 10000.0
+DEFAULTS = _core.DemoOptions()  # the C++ tool's defaults (src/frontend/demo_report.h)
 
 
-def _int_in(lo: int, hi: int):
-    """An argparse type: a decimal integer in [lo, hi]."""
+def _rule(name: str):
+    """An argparse type: the text checked by the core's rule for parameter `name`."""
 
-    def parse(s: str) -> int:
+    def parse(s: str):
+        # Bytes of argv that are not UTF-8 (surrogate-escaped) become U+FFFD: no rule accepts them.
+        text = s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         try:
-            v = int(s, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{s}' is not an integer") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"value {v} not in range {lo} to {hi}")
-        return v
+            return _core.parse_param(name, text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
 
+    parse.__name__ = name  # argparse names the type in its own messages
     return parse
 
 
-def _seed(s: str) -> int:
-    """Decimal digits only, in [0, 2^64): no sign, no wrap-around."""
-    if not s or not s.isascii() or not s.isdigit() or int(s) >= 1 << 64:
-        raise argparse.ArgumentTypeError(f"'{s}' is not an integer in [0, 2^64 - 1 = {(1 << 64) - 1}]")
-    return int(s)
-
-
-def _positive_finite(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{s}' is not a number") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"'{s}' must be > 0 and finite")
-    return v
+def _help(text: str, name: str) -> str:
+    return f"{text}: {_core.describe_param(name)}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,19 +56,15 @@ def _parser() -> argparse.ArgumentParser:
         description="Embed a text with learned and sinusoidal positions and compare them",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    demo.add_argument("--text", default=DEFAULT_TEXT, help="Text to embed (byte tokenizer: id = byte + 4)")
-    demo.add_argument("--dim", type=_int_in(1, 1 << 20), default=DEFAULT_DIM, help="Model width D")
-    demo.add_argument("--vocab", type=_int_in(1, 1 << 24), default=DEFAULT_VOCAB, help="Vocabulary size V")
-    demo.add_argument("--context", type=_int_in(1, 1 << 20), default=DEFAULT_CONTEXT, help="Max context L")
-    demo.add_argument(
-        "--seed", type=_seed, default=DEFAULT_SEED, help="Seed of the Philox initialiser, in [0, 2^64)"
-    )
-    demo.add_argument(
-        "--base",
-        type=_positive_finite,
-        default=DEFAULT_BASE,
-        help="Sinusoidal base (> 1, for the wavelength bands)",
-    )
+    demo.add_argument("--text", default=DEFAULTS.text, help="Text to embed (byte tokenizer: id = byte + 4)")
+    demo.add_argument("--dim", type=_rule("dim"), default=DEFAULTS.dim, help=_help("Model width D", "dim"))
+    demo.add_argument("--vocab", type=_rule("vocab"), default=DEFAULTS.vocab_size,
+                      help=_help("Vocabulary size V", "vocab"))
+    demo.add_argument("--context", type=_rule("context"), default=DEFAULTS.max_context,
+                      help=_help("Max context L", "context"))
+    demo.add_argument("--seed", type=_rule("seed"), default=DEFAULTS.seed,
+                      help=_help("Seed of the Philox initialiser", "seed"))
+    demo.add_argument("--base", type=_rule("base"), default=DEFAULTS.base, help=_help("Sinusoidal base", "base"))
     demo.add_argument("--json", action="store_true", help="Print one JSON object instead of the report")
     return p
 

@@ -355,8 +355,14 @@ const char* layout_name(Layout layout) {
   return "unknown";
 }
 
+std::span<const Layout> all_layouts() {
+  static constexpr Layout kAll[] = {Layout::kInterleaved, Layout::kHalves, Layout::kFairseq, Layout::kT2T,
+                                    Layout::kGgml};
+  return kAll;
+}
+
 std::optional<Layout> parse_layout(std::string_view name) {
-  for (Layout l : {Layout::kInterleaved, Layout::kHalves, Layout::kFairseq, Layout::kT2T, Layout::kGgml}) {
+  for (Layout l : all_layouts()) {
     if (name == layout_name(l)) return l;
   }
   return std::nullopt;

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 
@@ -48,14 +50,32 @@ def test_demo_is_the_core_report():
     assert b"(B, T, D) = (1, 19, 64)" in py.stdout
 
 
-def test_defaults_are_the_cli_defaults():
+def test_defaults_are_the_cores_through_both_front_ends(cli):
+    # Neither front end copies a default: both report the core's DemoOptions.
+    d = tokpos._core.DemoOptions()
+    want = {"vocab_size": d.vocab_size, "dim": d.dim, "max_context": d.max_context, "seed": d.seed, "base": d.base}
+    py, c = run_py("demo", "--json"), run_cli(cli, "demo", "--json")
+    assert py.returncode == 0 and c.returncode == 0, (py.stderr, c.stderr)
+    for out in (py.stdout, c.stdout):
+        report = json.loads(out)
+        assert report["config"] == want
+        assert report["text"] == d.text
     args = main_module._parser().parse_args(["demo"])
     assert (args.text, args.vocab, args.dim, args.context, args.seed, args.base, args.json) == (
-        "Hello, transformer!", 260, 64, 128, 0, 10000.0, False)
-    demo_h = (REPO / "apps" / "tokpos" / "demo.h").read_text()
-    for fragment in ('text = "Hello, transformer!"', "vocab_size = 260", "dim = 64", "max_context = 128",
-                     "seed = 0", "base = 10000.0"):
-        assert fragment in demo_h, fragment
+        d.text, d.vocab_size, d.dim, d.max_context, d.seed, d.base, d.json)
+
+
+def test_the_extension_holds_no_terminal_or_signal_code():
+    # The CLI's progress bar (isatty) and signal deferral (sigaction) live in
+    # apps/; the extension, built from python/ext and src/ only, calls neither.
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    listing = subprocess.run([nm, "-D", "--undefined-only", tokpos._core.__file__], capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    imported = {line.split()[-1].split("@")[0] for line in listing.splitlines() if line.strip()}
+    assert imported, listing
+    assert not imported & {"isatty", "sigaction"}, sorted(imported & {"isatty", "sigaction"})
 
 
 @pytest.mark.parametrize(
@@ -109,10 +129,14 @@ def test_library_error_exit_code_1(cli):
     assert b"tokpos: error:" in py.stderr and b"max_context" in py.stderr
 
 
-def test_base_below_one_is_a_library_error():
-    py = run_py("demo", "--base", "0.5")
-    assert py.returncode == 1
-    assert b"tokpos: error:" in py.stderr and b"--base" in py.stderr
+def test_base_at_or_below_one_is_reported_by_both(cli):
+    # The base's rule is the library's, finite and > 0: wavelengths that
+    # shrink with the pair are reported as those that grow are.
+    for base in ("0.5", "1"):
+        py, c = run_py("demo", "--base", base), run_cli(cli, "demo", "--base", base)
+        assert c.returncode == 0 and py.returncode == 0, (c.stderr, py.stderr)
+        assert py.stdout == c.stdout
+        assert f"base = {base}:".encode() in py.stdout
 
 
 def test_no_command_prints_usage():

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "format.h"
+#include "frontend/params.h"
 #include "progress.h"
 #include "tokpos/composer.h"
 #include "tokpos/diagnostics.h"
@@ -104,12 +105,10 @@ void series_figure(cairo_t* cr, const std::vector<Series>& series, double x0, do
 }  // namespace
 
 std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
-  const auto layout = parse_layout(o.layout);
-  if (!layout) throw Error(Status::kInvalidArgument, "tokpos plot: unknown --layout '" + o.layout + "'");
-  if (o.dim < 2 || o.dim > 4096) throw Error(Status::kInvalidArgument, "tokpos plot: --dim " + std::to_string(o.dim) + " is outside [2, 4096]");
-  if (o.context < 2 || o.context > 2048) {
-    throw Error(Status::kInvalidArgument, "tokpos plot: --context " + std::to_string(o.context) + " is outside [2, 2048]");
-  }
+  // The rules the command line checks the flags by, for callers that pass options directly.
+  const auto layout = frontend::parse_layout_param(o.layout);
+  (void)frontend::parse(frontend::kPlotDim, std::to_string(o.dim));
+  (void)frontend::parse(frontend::kPlotContext, std::to_string(o.context));
   const int64_t L = o.context, D = o.dim;
   // A file where the directory should be is refused here, up front; the directory itself
   // is made at the end, with the pictures, so a failed or interrupted run
@@ -121,7 +120,7 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
   // ready: until then the previous pictures stay as they were.
   Progress progress("plot", 12);
   progress.step("tables");
-  const TableOptions topt{.layout = *layout, .base = o.base};
+  const TableOptions topt{.layout = layout, .base = o.base};
   const auto sinus = position_table(L, D, 0, topt);  // validates base
   LearnedPositionalEmbedding learned({.max_context = L, .dim = D, .seed = o.seed});
   const std::vector<float> learned_t(learned.table().begin(), learned.table().end());
@@ -213,7 +212,7 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
          double top = 10;
          std::vector<double> waves[2];
          for (int i = 0; i < 2; ++i) {
-           const int64_t n = num_frequency_pairs(*layout, dims[i]);
+           const int64_t n = num_frequency_pairs(layout, dims[i]);
            for (int64_t k = 0; k < n; ++k) {
              waves[i].push_back(2 * M_PI / frequency(k, dims[i], topt));
              top = std::max(top, waves[i].back());

@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frontend/demo_report.h"
+#include "frontend/params.h"
 #include "serve/server.h"
 #include "tokpos/composer.h"
 #include "tokpos/diagnostics.h"
@@ -144,63 +146,42 @@ const std::string* find(const Params& params, const char* name) {
   return &lo->second;
 }
 
-int64_t get_int(const Params& params, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+// A parameter checked by its rule (frontend/params.h), or the fallback when
+// absent; a bad value is a 400 with the rule's message.
+template <class Parse>
+auto get(const Params& params, const char* name, Parse parse, decltype(parse(std::string())) fallback) {
   const std::string* s = find(params, name);
   if (!s) return fallback;
-  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  int64_t v = 0;
-  const char* end = s->data() + s->size();
-  const auto [ptr, ec] = std::from_chars(s->data(), end, v);
-  if (s->empty() || ptr != end || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
-    bad(name, std::string(name) + " = " + shown(*s) + " is not an integer in " + range);
+  try {
+    return parse(*s);
+  } catch (const frontend::ParamError& e) {
+    bad(e.parameter(), e.what());
   }
-  if (ec == std::errc::result_out_of_range || v < lo || v > hi) {
-    bad(name, std::string(name) + " = " + shown(*s) + " is outside " + range);
-  }
-  return v;
 }
 
-uint64_t get_seed(const Params& params) {
-  const std::string* s = find(params, "seed");
-  if (!s) return 0;
-  uint64_t v = 0;
-  const char* end = s->data() + s->size();
-  const auto [ptr, ec] = std::from_chars(s->data(), end, v);
-  if (s->empty() || ptr != end || ec != std::errc()) {
-    bad("seed", "seed = " + shown(*s) + " is not an integer in [0, 2^64 - 1 = 18446744073709551615]");
-  }
-  return v;
+int64_t get_int(const Params& params, const frontend::IntParam& p, int64_t fallback) {
+  return get(params, p.name, [&p](const std::string& s) { return frontend::parse(p, s); }, fallback);
 }
 
 double get_base(const Params& params) {
-  const std::string* s = find(params, "base");
-  if (!s) return 10000.0;
-  double v = 0;
-  const char* end = s->data() + s->size();
-  const auto [ptr, ec] = std::from_chars(s->data(), end, v);
-  if (s->empty() || ptr != end || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
-    bad("base", "base = " + shown(*s) + " is not a number (it must be finite and > 1)");
-  }
-  if (ec == std::errc::result_out_of_range || !std::isfinite(v) || !(v > 1.0)) {
-    bad("base", "base = " + shown(*s) + " must be finite and > 1");
-  }
-  return v;
+  return get(params, "base", [](const std::string& s) { return frontend::parse(frontend::kBase, s); },
+             frontend::DemoOptions{}.base);
+}
+
+uint64_t get_seed(const Params& params) {
+  return get(params, "seed", [](const std::string& s) { return frontend::parse_seed(s); }, uint64_t{0});
 }
 
 Layout get_layout(const Params& params) {
-  const std::string* s = find(params, "layout");
-  if (!s) return Layout::kInterleaved;
-  const auto layout = parse_layout(*s);
-  if (!layout) bad("layout", "layout = " + shown(*s) + " is not one of interleaved, halves, fairseq, t2t, ggml");
-  return *layout;
+  return get(params, "layout", [](const std::string& s) { return frontend::parse_layout_param(s); },
+             Layout::kInterleaved);
 }
 
 // true: learned positions; false: sinusoidal.
 bool get_learned(const Params& params) {
-  const std::string* s = find(params, "positions");
-  if (!s || *s == "sinusoidal") return false;
-  if (*s == "learned") return true;
-  bad("positions", "positions = " + shown(*s) + " is not one of sinusoidal, learned");
+  static const std::vector<std::string> kPositions = {"sinusoidal", "learned"};
+  return get(params, "positions",
+             [](const std::string& s) { return frontend::parse_choice(s, "positions", kPositions) == 1; }, false);
 }
 
 // a*b <= cap, or 400 naming the product, its factors and the cap.
@@ -214,9 +195,9 @@ void check_cap(const char* parameter, const char* what, int64_t a, int64_t b, in
 
 // The parameters every table endpoint shares.
 struct TableParams {
-  int64_t dim = 64;
-  int64_t context = 128;
-  double base = 10000.0;
+  int64_t dim = 0;
+  int64_t context = 0;
+  double base = 0;
   Layout layout = Layout::kInterleaved;
   bool learned = false;
   uint64_t seed = 0;
@@ -224,8 +205,9 @@ struct TableParams {
 
 TableParams get_table_params(const Params& params) {
   TableParams t;
-  t.dim = get_int(params, "dim", 64, kMinDim, kMaxDim);
-  t.context = get_int(params, "context", 128, kMinContext, kMaxContext);
+  const frontend::DemoOptions defaults;  // the page's defaults are the demo's
+  t.dim = get_int(params, frontend::kDim, defaults.dim);
+  t.context = get_int(params, frontend::kContext, defaults.max_context);
   t.base = get_base(params);
   t.layout = get_layout(params);
   t.learned = get_learned(params);
@@ -247,13 +229,29 @@ void write_config(JsonText& j, const TableParams& t, const int64_t* vocab = null
   j.close_object();
 }
 
+// A sinusoidal table of the parameters. Every other parameter is in bounds,
+// so an invalid argument is the base: the library refuses one whose angles it
+// cannot compute exactly (a base far below 1 at a long context), and that is
+// a 400 naming base, with the library's message.
+template <class Fn>
+auto sinusoidal(Fn&& make) {
+  try {
+    return make();
+  } catch (const Error& e) {
+    if (e.status() == Status::kInvalidArgument) bad("base", e.what());
+    throw;
+  }
+}
+
 std::unique_ptr<PositionalEmbedding> make_positions(const TableParams& t) {
   if (t.learned) {
     return std::make_unique<LearnedPositionalEmbedding>(
         LearnedPositionalOptions{.max_context = t.context, .dim = t.dim, .seed = t.seed});
   }
-  return std::make_unique<SinusoidalPositionalEmbedding>(
-      SinusoidalOptions{.max_context = t.context, .dim = t.dim, .base = t.base, .layout = t.layout});
+  return sinusoidal([&]() -> std::unique_ptr<PositionalEmbedding> {
+    return std::make_unique<SinusoidalPositionalEmbedding>(
+        SinusoidalOptions{.max_context = t.context, .dim = t.dim, .base = t.base, .layout = t.layout});
+  });
 }
 
 // (T, D) values as T arrays of D numbers.
@@ -297,7 +295,7 @@ ApiAnswer api_embed(const Params& params) {
                       std::to_string(kMaxTextBytes) + " bytes");
     }
     const TableParams t = get_table_params(params);
-    const int64_t V = get_int(params, "vocab", ByteTokenizer::kVocabSize, kMinVocab, kMaxVocab);
+    const int64_t V = get_int(params, frontend::kVocab, ByteTokenizer::kVocabSize);
     check_cap("vocab", "vocab*dim", V, t.dim, kMaxTableValues);
 
     const std::vector<int64_t> ids = ByteTokenizer::encode(*text);
@@ -353,7 +351,8 @@ ApiAnswer api_similarity(const Params& params) {
     const TableParams t = get_table_params(params);
     const int64_t L = t.context, D = t.dim;
     const int64_t work_limit = std::max<int64_t>(kMaxOffsetWork / (L * D) - 1, 0);  // L*D <= cap: >= 31
-    const int64_t max_offset = get_int(params, "max_offset", std::min({L - 1, kDefaultMaxOffset, work_limit}), 0, L - 1);
+    const int64_t max_offset =
+        get_int(params, frontend::IntParam{"max_offset", 0, L - 1}, std::min({L - 1, kDefaultMaxOffset, work_limit}));
     if (max_offset > work_limit) {
       bad("max_offset", "max_offset = " + std::to_string(max_offset) + " needs (max_offset+1)*context*dim = " +
                             std::to_string((max_offset + 1) * L * D) + ", over the cap of " +
@@ -366,7 +365,7 @@ ApiAnswer api_similarity(const Params& params) {
       const LearnedPositionalEmbedding learned({.max_context = L, .dim = D, .seed = t.seed});
       table.assign(learned.table().begin(), learned.table().end());
     } else {
-      table = position_table(L, D, 0, TableOptions{.layout = t.layout, .base = t.base});
+      table = sinusoidal([&] { return position_table(L, D, 0, TableOptions{.layout = t.layout, .base = t.base}); });
     }
 
     const std::vector<double> by_offset = cosine_by_offset(table, L, D, max_offset);
@@ -404,7 +403,11 @@ ApiAnswer api_similarity(const Params& params) {
 
 ApiAnswer api_wavelengths(const Params& params) {
   return answer([&] {
-    const int64_t D = get_int(params, "dim", 64, kMinDim, kMaxDim);
+    const int64_t D = get_int(params, frontend::kDim, frontend::DemoOptions{}.dim);
+    if ((D + 1) / 2 > kMaxRowValues) {
+      bad("dim", "dim = " + std::to_string(D) + " has " + std::to_string((D + 1) / 2) +
+                     " wavelengths, over the cap of " + std::to_string(kMaxRowValues) + " values");
+    }
     const double base = get_base(params);
     const std::vector<double> w = sinusoidal_wavelengths(D, base);
     const std::vector<WavelengthBand> bands = wavelength_bands(w);

@@ -17,13 +17,11 @@ struct ServeOptions {
   int threads = 16;                // requests served at once (one worker thread each)
 };
 
-// The request limits and work caps, as docs/serve.md states them.
-inline constexpr int64_t kMinDim = 2, kMaxDim = 4096;
-inline constexpr int64_t kMinContext = 1, kMaxContext = 65536;
-inline constexpr int64_t kMinVocab = 1, kMaxVocab = int64_t{1} << 24;
+// The work caps, as docs/serve.md states them (each parameter's own bounds
+// are its rule's, frontend/params.h, the same as the command line's).
 inline constexpr size_t kMaxTextBytes = 4096;
 inline constexpr int64_t kMaxTableValues = int64_t{1} << 22;    // context*dim and vocab*dim
-inline constexpr int64_t kMaxRowValues = int64_t{1} << 18;      // T*dim of each embed array
+inline constexpr int64_t kMaxRowValues = int64_t{1} << 18;      // T*dim of each embed array, dim/2 wavelengths
 inline constexpr int64_t kMaxOffsetWork = int64_t{1} << 27;     // (max_offset+1)*context*dim
 inline constexpr int64_t kMaxMatrixContext = 512;               // the L x L matrix, up to here
 inline constexpr int64_t kMaxMatrixWork = int64_t{1} << 29;     // and context*context*dim up to here

@@ -1,24 +1,31 @@
-#include "demo.h"
+#include "frontend/demo_report.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "format.h"
-#include "progress.h"
-#include "tokpos/error.h"
 #include "tokpos/composer.h"
 #include "tokpos/diagnostics.h"
+#include "tokpos/error.h"
 #include "tokpos/tokenizer.h"
 
-namespace tokpos::app {
+namespace tokpos::frontend {
 namespace {
 
-using plot::fmt;
+// printf into a string; the compiler checks the format against the arguments.
+__attribute__((format(printf, 1, 2))) std::string fmt(const char* format, ...) {
+  char buf[96];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof buf, format, args);
+  va_end(args);
+  return buf;
+}
 
 // 16640 -> "16,640"
 std::string grouped(int64_t v) {
@@ -81,13 +88,7 @@ std::string escape_text(const std::string& text) {
 
 }  // namespace
 
-void run_demo(const DemoOptions& o, std::ostream& out) {
-  if (!(o.base > 1) || !std::isfinite(o.base)) {
-    throw Error(Status::kInvalidArgument,
-                "tokpos demo: --base " + fmt("%g", o.base) +
-                    " must be > 1 and finite: the wavelength bands need wavelengths that grow with the pair "
-                    "(tokpos table and tokpos plot take any base > 0)");
-  }
+void run_demo(const DemoOptions& o, std::ostream& out, const DemoProgress& progress) {
   const std::vector<int64_t> ids = ByteTokenizer::encode(o.text);
   const int64_t B = 1, T = static_cast<int64_t>(ids.size()), D = o.dim, L = o.max_context;
 
@@ -112,21 +113,26 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
   for (int64_t k : {int64_t{1}, std::min<int64_t>(8, L - 1)}) {
     if (k >= 1 && k < L && (fit_offsets.empty() || fit_offsets.back() != k)) fit_offsets.push_back(k);
   }
-  plot::Progress progress("demo", static_cast<int>(variants.size() * (3 + fit_offsets.size())));
+  const int total = static_cast<int>(variants.size() * (3 + fit_offsets.size()));
+  int done = 0;
+  auto step = [&](const std::string& label) {
+    if (progress) progress(done, total, label);
+    ++done;
+  };
   for (auto& v : variants) {
     const std::string name = v.name;
-    progress.step(name + " forward");
+    step(name + " forward");
     output = v.composer.forward(ids, B, T);  // checks ids < V and T <= L; throws with the values
-    progress.step(name + " adjacent cosine");
+    step(name + " adjacent cosine");
     v.adjacent = adjacent_cosine(v.composer.position().table(), L, D);
-    progress.step(name + " cosine by offset");
+    step(name + " cosine by offset");
     v.by_offset = cosine_by_offset(v.composer.position().table(), L, D, std::min<int64_t>(L - 1, 64));
     for (int64_t k : fit_offsets) {
-      progress.step(name + " relative fit k = " + std::to_string(k));
+      step(name + " relative fit k = " + std::to_string(k));
       v.fits.push_back(relative_position_fit(v.composer.position().table(), L, D, k));
     }
   }
-  progress.done();
+  if (progress) progress(total, total, {});
   const auto wavelengths = sinusoidal_wavelengths(D, o.base);
   const auto bands = wavelength_bands(wavelengths);
   const int64_t tok_params = variants[0].composer.token().num_parameters();
@@ -263,8 +269,9 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
                   static_cast<long long>(b.pairs));
     out << line;
   }
-  out << "  shortest " << fmt("%.2f", wavelengths.front()) << ", longest " << fmt("%.0f", wavelengths.back())
-      << " positions\n";
+  // base > 1: the wavelengths grow with the pair; base < 1: they shrink.
+  const auto [shortest, longest] = std::minmax_element(wavelengths.begin(), wavelengths.end());
+  out << "  shortest " << fmt("%.2f", *shortest) << ", longest " << fmt("%.0f", *longest) << " positions\n";
 
   out << "\nwhat to look at: the sinusoidal rows change smoothly (neighbours ~"
       << fmt("%.2f", summarize(variants[1].adjacent).mean)
@@ -273,4 +280,4 @@ void run_demo(const DemoOptions& o, std::ostream& out) {
       << std::max<int64_t>(1, D / 2) << " to see fewer pairs spread over the same range of wavelengths.\n";
 }
 
-}  // namespace tokpos::app
+}  // namespace tokpos::frontend
