@@ -353,7 +353,7 @@ TEST_F(Serve, MissingAndUnparsableParametersAre400NamingThem) {
   expect_bad("/api/embed?text=a&dim=", "dim", {"not an integer", "[1, 1048576]"});
   expect_bad("/api/embed?text=a&dim=2.5", "dim", {"not an integer"});
   expect_bad("/api/embed?text=a&dim=%2B8", "dim", {"not an integer"});
-  expect_bad("/api/embed?text=a&context=x", "context", {"not an integer", "[1, 1048576]"});
+  expect_bad("/api/embed?text=a&context=x", "context", {"not an integer", "[1, 67108864]"});
   expect_bad("/api/embed?text=a&vocab=1e3", "vocab", {"not an integer", "[1, 16777216]"});
   expect_bad("/api/embed?text=a&seed=x", "seed", {"not an integer", "18446744073709551615"});
   expect_bad("/api/embed?text=a&seed=-1", "seed", {"not an integer", "18446744073709551615"});
@@ -368,8 +368,8 @@ TEST_F(Serve, OutOfBoundsValuesAre400NamingTheLimit) {
   expect_bad("/api/embed?text=a&dim=0", "dim", {"[1, 1048576]"});
   expect_bad("/api/embed?text=a&dim=1048577", "dim", {"[1, 1048576]"});
   expect_bad("/api/embed?text=a&dim=99999999999999999999", "dim", {"[1, 1048576]"});
-  expect_bad("/api/embed?text=a&context=0", "context", {"[1, 1048576]"});
-  expect_bad("/api/embed?text=a&context=1048577", "context", {"[1, 1048576]"});
+  expect_bad("/api/embed?text=a&context=0", "context", {"[1, 67108864]"});
+  expect_bad("/api/embed?text=a&context=67108865", "context", {"[1, 67108864]"});
   expect_bad("/api/embed?text=a&vocab=0", "vocab", {"[1, 16777216]"});
   expect_bad("/api/embed?text=a&vocab=16777217", "vocab", {"[1, 16777216]"});
   expect_bad("/api/embed?text=a&seed=18446744073709551616", "seed", {"18446744073709551615"});
@@ -378,7 +378,7 @@ TEST_F(Serve, OutOfBoundsValuesAre400NamingTheLimit) {
     expect_bad(std::string("/api/wavelengths?base=") + base, "base", {"finite and > 0"});
   }
   expect_bad("/api/wavelengths?dim=1048577", "dim", {"[1, 1048576]"});
-  expect_bad("/api/similarity?context=1048577", "context", {"[1, 1048576]"});
+  expect_bad("/api/similarity?context=67108865", "context", {"[1, 67108864]"});
   // Text: 4096 bytes at most, one token per byte, no more tokens than context.
   expect_bad("/api/embed?context=8192&dim=2&text=" + std::string(4097, 'a'), "text", {"4097", "4096 bytes"});
   EXPECT_EQ(get("/api/embed?context=4096&dim=2&text=" + std::string(4096, 'a'))->status, 200);

@@ -36,11 +36,11 @@ struct PositiveParam {
 };
 
 inline constexpr IntParam kDim{"dim", 1, int64_t{1} << 20};          // D of a table
-inline constexpr IntParam kContext{"context", 1, int64_t{1} << 20};  // L, the rows of a table
+inline constexpr IntParam kContext{"context", 1, int64_t{1} << 26};  // L, the rows of a table
 inline constexpr IntParam kVocab{"vocab", 1, int64_t{1} << 24};      // V, the rows of a token table
 inline constexpr IntParam kStart{"start", 0, int64_t{1} << 52};      // a table's first position
 inline constexpr IntParam kPaddingIdx{"padding-idx", -1, int64_t{1} << 52};  // -1: none
-inline constexpr IntParam kRelative{"relative", 0, int64_t{1} << 20};         // an offset k < L
+inline constexpr IntParam kRelative{"relative", 0, int64_t{1} << 26};         // an offset k < L
 inline constexpr IntParam kRotaryDim{"dim", 2, kRopeMaxDim};                  // RoPE's rotary dim
 inline constexpr IntParam kSeqLen{"seq-len", 0, int64_t{1} << 52};
 inline constexpr IntParam kPast{"past", 0, int64_t{1} << 40};
