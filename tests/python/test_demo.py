@@ -87,7 +87,7 @@ def test_the_extension_holds_no_terminal_or_signal_code():
         (("--vocab", "0"), "--vocab"),
         (("--vocab", str((1 << 24) + 1)), "--vocab"),
         (("--context", "0"), "--context"),
-        (("--context", str((1 << 20) + 1)), "--context"),
+        (("--context", str((1 << 26) + 1)), "--context"),
         (("--seed", "-1"), "--seed"),
         (("--seed", str(1 << 64)), "--seed"),
         (("--seed", "1.5"), "--seed"),
