@@ -117,11 +117,14 @@ PositionalEmbedding::BatchRows PositionalEmbedding::batch_rows(int64_t B, int64_
                                                                const char* where) const {
   check_positions(B, T, positions, where);
   BatchRows r;
-  // The half-open range of positions the call reads.
-  int64_t lo = positions.start, hi = positions.start + T;
-  if (!positions.ids.empty()) {
-    const auto [mn, mx] = std::minmax_element(positions.ids.begin(), positions.ids.end());
-    lo = *mn, hi = *mx + 1;
+  // The half-open range of positions a non-empty call reads (checked: no overflow).
+  int64_t lo = 0, hi = 0;
+  if (B > 0 && T > 0) {
+    lo = positions.start, hi = positions.start + T;
+    if (!positions.ids.empty()) {
+      const auto [mn, mx] = std::minmax_element(positions.ids.begin(), positions.ids.end());
+      lo = *mn, hi = *mx + 1;
+    }
   }
   if (B == 0 || T == 0 || !needs_rows(lo, hi)) {  // the common case: rows straight from the table
     r.rows = table();
