@@ -123,9 +123,10 @@ std::vector<int64_t> EmbeddingComposer::backward(std::span<const float> d_out, s
     detail::fail(Status::kInvalidArgument, kWhere, "backward with a token-type table is not implemented yet");
   }
   // Check both halves before either gradient changes.
-  position_->check_positions(B, T, o.positions, kWhere);
-  detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, dim()));
+  // gradient_rows checks the positions as it resolves them; without a row scatter it returns none, unchecked.
   auto pos_rows = position_->gradient_rows(B, T, o.positions, kWhere);
+  if (pos_rows.empty()) position_->check_positions(B, T, o.positions, kWhere);
+  detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, dim()));
   if (token_.frozen() || pos_rows.empty()) {
     token_.check_ids(ids, B, T, o.id_policy, kWhere);
     position_->ensure_grad();  // allocate both (either may throw) before writing either
