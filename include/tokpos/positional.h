@@ -133,6 +133,11 @@ class TOKPOS_API PositionalEmbedding {
     std::vector<float> computed;
     std::vector<int64_t> remapped;
   };
+  // For a non-empty batch whose positions passed check_positions: true if
+  // it reads a row the policy computes (needs_rows over the range of
+  // start .. start + T - 1, or of the explicit ids). Both forward paths of
+  // the composer, and forward, ask this one question.
+  bool batch_needs_rows(int64_t T, const PositionSpec& positions) const;
   // After check_positions under the policy.
   BatchRows batch_rows(int64_t B, int64_t T, const PositionSpec& positions, const char* where) const;
 };

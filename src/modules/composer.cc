@@ -53,12 +53,7 @@ void EmbeddingComposer::forward_typed(std::span<const int64_t> ids, int64_t B, i
     detail::check_size(kWhere, "token_type_ids", o.token_type_ids.size(), B * T);
   }
   if (B == 0 || T == 0) return token_.check_ids(ids, B, T, o.id_policy, kWhere);
-  int64_t lo = o.positions.start, hi = o.positions.start + T;
-  if (!o.positions.ids.empty()) {
-    const auto [mn, mx] = std::minmax_element(o.positions.ids.begin(), o.positions.ids.end());
-    lo = *mn, hi = *mx + 1;
-  }
-  if (position_->needs_rows(lo, hi)) {
+  if (position_->batch_needs_rows(T, o.positions)) {
     detail::fail(Status::kInvalidArgument, kWhere,
                  "token types and LayerNorm need positions inside the table");
   }

@@ -113,20 +113,19 @@ std::vector<float> PositionalEmbedding::rows_for(std::span<const int64_t> positi
   return out;
 }
 
+bool PositionalEmbedding::batch_needs_rows(int64_t T, const PositionSpec& positions) const {
+  // The half-open range of positions the call reads: [start, start + T), or
+  // the span of its explicit position ids (checked: no overflow).
+  if (positions.ids.empty()) return needs_rows(positions.start, positions.start + T);
+  const auto [mn, mx] = std::minmax_element(positions.ids.begin(), positions.ids.end());
+  return needs_rows(*mn, *mx + 1);
+}
+
 PositionalEmbedding::BatchRows PositionalEmbedding::batch_rows(int64_t B, int64_t T, const PositionSpec& positions,
                                                                const char* where) const {
   check_positions(B, T, positions, where);
   BatchRows r;
-  // The half-open range of positions a non-empty call reads (checked: no overflow).
-  int64_t lo = 0, hi = 0;
-  if (B > 0 && T > 0) {
-    lo = positions.start, hi = positions.start + T;
-    if (!positions.ids.empty()) {
-      const auto [mn, mx] = std::minmax_element(positions.ids.begin(), positions.ids.end());
-      lo = *mn, hi = *mx + 1;
-    }
-  }
-  if (B == 0 || T == 0 || !needs_rows(lo, hi)) {  // the common case: rows straight from the table
+  if (B == 0 || T == 0 || !batch_needs_rows(T, positions)) {  // the common case: rows straight from the table
     r.rows = table();
     r.ids = positions.ids;
     r.start = positions.start;
