@@ -7,7 +7,7 @@
 
 #include "tokpos/error.h"
 #include "tokpos/positional.h"
-#include "tokpos/sinusoidal.h"
+#include "tokpos/position_table.h"
 #include "tokpos/tokpos.h"
 
 namespace {

@@ -1,4 +1,5 @@
-// tokpos/position_table.h: exact sinusoidal position tables in every published layout.
+// tokpos/position_table.h: exact sinusoidal position tables in every published layout,
+// and the seeds' formula (the interleaved layout) by its own names.
 //
 // Every entry is the exact real value rounded to nearest-even in the output
 // type (float32, bfloat16 or float16): for float32 that is within 2^-25 of the
@@ -18,6 +19,9 @@
 
 namespace tokpos {
 
+// The base of "Attention Is All You Need" and both seeds.
+inline constexpr double kDefaultBase = 10000.0;
+
 enum class Layout {
   kInterleaved,  // sin, cos, sin, cos, ...;  w_k = base^(-2k/D)           (the seeds, DistilBERT/XLM, Keras)
   kHalves,       // [sin ... | cos ...];      w_k = base^(-2k/D)           (Marian)
@@ -28,7 +32,7 @@ enum class Layout {
 
 struct TableOptions {
   Layout layout = Layout::kInterleaved;
-  double base = 10000.0;                    // base; tensor2tensor's max_timescale; ggml's max_period
+  double base = kDefaultBase;               // base; tensor2tensor's max_timescale; ggml's max_period
   double min_timescale = 1.0;               // tensor2tensor only
   std::optional<int64_t> padding_idx = {};  // fairseq only: the row of this position is all zeros
 };
@@ -68,5 +72,29 @@ TOKPOS_API float position_value(int64_t pos, int64_t i, int64_t D, const TableOp
 // out and in must not overlap.
 TOKPOS_API void convert_layout(std::span<float> out, std::span<const float> in, int64_t L, int64_t D,
                                Layout from, Layout to);
+
+// ---- The seeds' formula: the interleaved layout ---------------------------
+//
+// For position p, feature i and model width D ("Attention Is All You Need",
+// both seeds, and tensor2tensor's first paper):
+//   angle(p, i) = p / base^(2*(i/2)/D)        (i/2 is integer division)
+//   PE(p, i)    = sin(angle) for even i, cos(angle) for odd i
+// Odd D is allowed: the last feature is then a lone sin. These are the
+// interleaved case of the functions above, with the same bits and errors.
+
+// Frequency of feature i (0 <= i < D, else Error(kInvalidArgument)):
+// base^(-2*(i/2)/D), frequency(i / 2, D) of the interleaved layout.
+TOKPOS_API double sinusoidal_frequency(int64_t i, int64_t D, double base = kDefaultBase);
+
+// One element, PE(pos, i) for width D: seed 002's pe(pos, dim, hidden_dim).
+// position_value's errors: pos < 0, i outside [0, D), a bad base.
+inline float sinusoidal_value(int64_t pos, int64_t i, int64_t D, double base = kDefaultBase) {
+  return position_value(pos, i, D, {.layout = Layout::kInterleaved, .base = base});
+}
+
+// out (L, D): row r holds PE(start + r, :). Overwrites out; out.size() must
+// be L*D (else Error(kShapeMismatch)); position_table's other errors.
+TOKPOS_API void sinusoidal_table(std::span<float> out, int64_t L, int64_t D, double base = kDefaultBase,
+                                 int64_t start = 0);
 
 }  // namespace tokpos

@@ -20,7 +20,7 @@
 
 #include "tokpos/export.h"
 #include "tokpos/position_table.h"
-#include "tokpos/sinusoidal.h"
+#include "tokpos/table_storage.h"
 
 namespace tokpos {
 
@@ -46,14 +46,12 @@ class TOKPOS_API PositionalEmbedding {
  public:
   virtual ~PositionalEmbedding() = default;
 
-  int64_t max_context() const { return L_; }
-  int64_t dim() const { return D_; }
+  int64_t max_context() const { return table_.rows(); }
+  int64_t dim() const { return table_.dim(); }
   // (L, D) row-major: the module's own buffer, or the borrowed memory.
-  std::span<const float> table() const {
-    return {data_, borrowed_ ? static_cast<size_t>(L_ * D_) : owned_.size()};
-  }
+  std::span<const float> table() const { return table_.values(); }
   // True if the table is borrowed memory, false if the module owns it.
-  bool borrowed() const { return borrowed_; }
+  bool borrowed() const { return table_.borrowed(); }
 
   virtual const char* kind() const = 0;        // "learned" or "sinusoidal"
   virtual int64_t num_parameters() const = 0;  // L*D or 0
@@ -65,7 +63,8 @@ class TOKPOS_API PositionalEmbedding {
   virtual std::span<float> ensure_grad() { return {}; }
   virtual void zero_grad() {}
 
-  // out (T, D) = table rows start .. start+T-1. Overwrites out.
+  // out (T, D) = table rows start .. start+T-1 (or the rows the policy
+  // computes), through the compose op. Overwrites out.
   void forward(std::span<float> out, int64_t T, int64_t start = 0) const;
   std::vector<float> forward(int64_t T, int64_t start = 0) const;
 
@@ -117,23 +116,30 @@ class TOKPOS_API PositionalEmbedding {
   PositionalEmbedding& operator=(PositionalEmbedding&& other) noexcept;
   // Largest position the policy accepts, plus one.
   virtual int64_t position_limit() const;
-  // The owned table, for filling at construction and for mutable access.
-  // Error(kInvalidArgument) naming `what` if the table is borrowed (read-only).
-  std::span<float> owned_table(const char* what);
-  // Copies a borrowed table into an owned buffer; a no-op on an owned table.
-  void own_table();
-  // Takes `table` (L*D values) as the owned table; see adopt_table.
-  void adopt_owned_table(std::vector<float>&& table, const char* what);
-  // Empties a moved-from module: no table, L = D = 0, the error policy.
-  void clear_moved_from() noexcept;
-  int64_t L_ = 0, D_ = 0;
+  TableStorage table_;  // (L, D), owned or borrowed, and the gradient of a learned table
   BeyondTable beyond_ = BeyondTable::kError;
 
  private:
-  std::vector<float> owned_;                // the table when owned; empty when borrowed
-  const float* data_ = nullptr;             // the table: owned_.data() or the borrowed memory
-  std::shared_ptr<const void> keep_alive_;  // holds borrowed memory alive, if the borrower gave one
-  bool borrowed_ = false;
+  friend class EmbeddingComposer;
+  // The position rows a (B, T) batch reads, as the compose op takes them:
+  // rows (R, D) and, when ids is not empty, the (B, T) row of each (b, t);
+  // with ids empty, (b, t) reads row start + t. In-table positions read the
+  // table itself (and the caller's position ids); a policy's rows are
+  // computed for the call into `computed`, never into the table.
+  struct BatchRows {
+    std::span<const float> rows;
+    std::span<const int64_t> ids;
+    int64_t start = 0;
+    std::vector<float> computed;
+    std::vector<int64_t> remapped;
+  };
+  // For a non-empty batch whose positions passed check_positions: true if
+  // it reads a row the policy computes (needs_rows over the range of
+  // start .. start + T - 1, or of the explicit ids). Both forward paths of
+  // the composer, and forward, ask this one question.
+  bool batch_needs_rows(int64_t T, const PositionSpec& positions) const;
+  // After check_positions under the policy.
+  BatchRows batch_rows(int64_t B, int64_t T, const PositionSpec& positions, const char* where) const;
 };
 
 struct LearnedPositionalOptions {
@@ -160,7 +166,7 @@ class TOKPOS_API LearnedPositionalEmbedding final : public PositionalEmbedding {
                                            std::shared_ptr<const void> keep_alive = {});
 
   const char* kind() const override { return "learned"; }
-  int64_t num_parameters() const override { return L_ * D_; }
+  int64_t num_parameters() const override { return table_.size(); }
   bool has_gradient() const override { return true; }
 
   // For loaders and optimisers. Error(kInvalidArgument) if the table is
@@ -168,15 +174,15 @@ class TOKPOS_API LearnedPositionalEmbedding final : public PositionalEmbedding {
   std::span<float> mutable_table();
   // Copies a borrowed table into a buffer the module owns (and drops
   // keep_alive), so it becomes writable; a no-op on an owned table.
-  void make_owned() { own_table(); }
+  void make_owned() { table_.make_owned("PositionalEmbedding::make_owned", "position table"); }
   // Takes `table` (L*D values) as the module's own table, dropping a borrowed
   // one (and keep_alive) as make_owned does; no copy, no allocation.
   // Error(kShapeMismatch) if table.size() != L*D, and then nothing changes;
   // with the right size it cannot fail (loaders commit several modules with it).
   void adopt_table(std::vector<float>&& table) {
-    adopt_owned_table(std::move(table), "LearnedPositionalEmbedding::adopt_table");
+    table_.adopt("LearnedPositionalEmbedding::adopt_table", std::move(table));
   }
-  std::span<const float> grad() const override { return grad_; }
+  std::span<const float> grad() const override { return table_.grad(); }
   std::span<float> ensure_grad() override;
   void zero_grad() override;
   // Takes `grad` (L*D values) as the gradient, no copy. Error(kShapeMismatch)
@@ -199,7 +205,6 @@ class TOKPOS_API LearnedPositionalEmbedding final : public PositionalEmbedding {
   int64_t position_limit() const override;
   // Position Interpolation: the two rows and weights position p reads.
   void interpolation(int64_t p, int64_t* i0, int64_t* i1, double* w1) const;
-  std::vector<float> grad_;
   int64_t interpolate_to_ = 0;
 };
 

@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "tokpos/export.h"
+#include "tokpos/table_storage.h"
 
 namespace tokpos {
 
-namespace ops {  // tokpos/ops.h; declared here so this header does not need DLPack
+class TensorView;  // tokpos/ops.h; declared here so this header does not need DLPack
+namespace ops {
 struct LookupOptions;
 class RowPlan;
 }  // namespace ops
@@ -73,8 +75,8 @@ class TOKPOS_API TokenEmbedding {
   TokenEmbedding& operator=(TokenEmbedding&& other) noexcept;
   ~TokenEmbedding() = default;
 
-  int64_t vocab_size() const { return V_; }
-  int64_t dim() const { return D_; }
+  int64_t vocab_size() const { return table_.rows(); }
+  int64_t dim() const { return table_.dim(); }
   std::optional<int64_t> padding_idx() const { return padding_idx_; }
   // Sets (and zeroes that row, as at construction) or clears the padding row.
   // On a borrowed table the row is recorded (it gets no gradient) but kept as
@@ -86,17 +88,15 @@ class TOKPOS_API TokenEmbedding {
   void set_frozen(bool frozen) { frozen_ = frozen; }
 
   // V*D, whether or not the table is frozen (as PyTorch's numel over parameters).
-  int64_t num_parameters() const { return V_ * D_; }
+  int64_t num_parameters() const { return table_.size(); }
 
   // (V, D) row-major: the module's own buffer, or the borrowed memory.
-  std::span<const float> table() const {
-    return {data_, borrowed_ ? static_cast<size_t>(V_ * D_) : owned_.size()};
-  }
+  std::span<const float> table() const { return table_.values(); }
   // For loaders and optimisers. Error(kInvalidArgument) if the table is
   // borrowed (read-only); make_owned() first to get a writable copy.
   std::span<float> mutable_table();
   // True if the table is borrowed memory (borrow), false if the module owns it.
-  bool borrowed() const { return borrowed_; }
+  bool borrowed() const { return table_.borrowed(); }
   // Copies a borrowed table into a buffer the module owns (and drops
   // keep_alive), so it becomes writable; a no-op on an owned table.
   void make_owned();
@@ -107,7 +107,7 @@ class TOKPOS_API TokenEmbedding {
   void adopt_table(std::vector<float>&& table);
 
   // (V, D) gradient; empty until the first backward or ensure_grad().
-  std::span<const float> grad() const { return grad_; }
+  std::span<const float> grad() const { return table_.grad(); }
   std::span<float> ensure_grad();
   void zero_grad();
   // Takes `grad` (V*D values) as the gradient, no copy. Error(kShapeMismatch)
@@ -159,25 +159,19 @@ class TOKPOS_API TokenEmbedding {
   void check_policy_for(const IdPolicy& policy, const char* where) const;
   // The op options for a policy: UNK mapping, padding_idx, the caller's name.
   ops::LookupOptions lookup_options(const IdPolicy& p, const char* where) const;
-  // Checks sizes and the policy, then plans the batch (ids checked once);
+  // The table as a (V, D) float32 view, for the ops.
+  TensorView table_view() const;
+  // Checks sizes, then plans the batch (the op checks the ids and the policy once);
   // with positions, the plan also groups them for a position gradient.
   ops::RowPlan plan(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B, int64_t T,
                     std::optional<IdPolicy> policy, const char* where, std::span<const int64_t> positions = {}) const;
 
-  TokenEmbedding(int64_t V, int64_t D, std::vector<float> table, std::optional<int64_t> padding_idx,
-                 IdPolicy policy, bool frozen);
-  // Empties a moved-from module (see the move constructor).
-  void clear_moved_from() noexcept;
+  TokenEmbedding(TableStorage table, std::optional<int64_t> padding_idx, IdPolicy policy, bool frozen);
   // Backward on a frozen table: the checks of plan, without the plan.
   void check_frozen_call(std::span<const float> d_out, std::span<const int64_t> ids, int64_t B, int64_t T,
                          std::optional<IdPolicy> policy, const char* where) const;
 
-  int64_t V_ = 0, D_ = 0;
-  std::vector<float> owned_;                // the table when owned; empty when borrowed
-  const float* data_ = nullptr;             // the table: owned_.data() or the borrowed memory
-  std::shared_ptr<const void> keep_alive_;  // holds borrowed memory alive, if the borrower gave one
-  bool borrowed_ = false;
-  std::vector<float> grad_;
+  TableStorage table_;  // (V, D), owned or borrowed, and the gradient
   std::optional<int64_t> padding_idx_;
   IdPolicy id_policy_;
   bool frozen_ = false;

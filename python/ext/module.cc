@@ -22,7 +22,6 @@
 #include "tokpos/ops.h"
 #include "tokpos/position_table.h"
 #include "tokpos/random.h"
-#include "tokpos/sinusoidal.h"
 #include "tokpos/threading.h"
 #include "tokpos/tokpos.h"
 

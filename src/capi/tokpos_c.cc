@@ -25,7 +25,6 @@
 #include "tokpos/position_table.h"
 #include "tokpos/positional.h"
 #include "tokpos/random.h"
-#include "tokpos/sinusoidal.h"
 #include "tokpos/threading.h"
 #include "tokpos/token_embedding.h"
 

@@ -6,17 +6,6 @@
 #include "tokpos/ops.h"
 
 namespace tokpos {
-namespace {
-
-// The half-open range of positions a call reads: [start, start + T), or the
-// span of its explicit position ids.
-std::pair<int64_t, int64_t> position_range(const PositionSpec& p, int64_t T) {
-  if (p.ids.empty()) return {p.start, p.start + T};
-  const auto [mn, mx] = std::minmax_element(p.ids.begin(), p.ids.end());
-  return {*mn, *mx + 1};
-}
-
-}  // namespace
 
 EmbeddingComposer::EmbeddingComposer(TokenEmbedding token, std::unique_ptr<PositionalEmbedding> position)
     : token_(std::move(token)), position_(std::move(position)) {
@@ -28,72 +17,43 @@ EmbeddingComposer::EmbeddingComposer(TokenEmbedding token, std::unique_ptr<Posit
   }
 }
 
+// The module side builds views: the spans' sizes against B, T and D, and the
+// position rows under the position policy. The op checks the ids, the id
+// policy's unk_id and every overlap, once, before the one pass that writes out.
 void EmbeddingComposer::forward(std::span<const int64_t> ids, int64_t B, int64_t T, std::span<float> out,
                                 const ComposeOptions& o) const {
   constexpr const char* kWhere = "EmbeddingComposer::forward";
-  // Sizes and the position policy here; the op checks the ids, once, before
-  // the one pass that writes out.
+  const int64_t D = token_.dim();
   detail::check_at_least(kWhere, "B", B, 0);
   detail::check_at_least(kWhere, "T", T, 0);
   detail::check_size(kWhere, "ids", ids.size(), detail::checked_mul(kWhere, "B*T", B, T));
-  position_->check_positions(B, T, o.positions, kWhere);
-  const int64_t D = token_.dim();
+  const bool typed = types_ || (layer_norm_ && o.layer_norm) || !o.token_type_ids.empty();
+  if (typed) return forward_typed(ids, B, T, out, o);
+  const PositionalEmbedding::BatchRows rows = position_->batch_rows(B, T, o.positions, kWhere);
   detail::check_size(kWhere, "out", out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D));
-  // The ops check out against every tensor they are given; the policy paths
-  // hand them copies, so the caller's inputs are checked here.
-  detail::check_disjoint(kWhere, "out", out, "ids", ids);
-  detail::check_disjoint(kWhere, "out", out, "position ids", o.positions.ids);
-  detail::check_disjoint(kWhere, "out", out, "token_type_ids", o.token_type_ids);
-  const IdPolicy& policy = o.id_policy ? *o.id_policy : token_.id_policy();
-  token_.check_policy_for(policy, kWhere);
-  if (B == 0 || T == 0) return token_.check_ids(ids, B, T, o.id_policy, kWhere);
-  if (types_ || (layer_norm_ && o.layer_norm)) return forward_typed(ids, B, T, out, o);
-  const auto lookup = token_.lookup_options(policy, kWhere);
-  const TensorView vout(out.data(), DType::kF32, {B, T, D}), vids(ids.data(), DType::kI64, {B, T});
-  const TensorView tok(token_.table().data(), DType::kF32, {token_.vocab_size(), D});
-  const auto [lo, hi] = position_range(o.positions, T);
-  if (!position_->needs_rows(lo, hi)) {  // the common case: rows straight from the table
-    const TensorView pos(position_->table().data(), DType::kF32, {position_->max_context(), D});
-    const TensorView pids(o.positions.ids.data(), DType::kI64, {B, T});
-    ops::compose_forward(vout, vids, tok, pos.get(), o.positions.ids.empty() ? nullptr : pids.get(),
-                         o.positions.start, lookup);
-    return;
-  }
-  // A policy computes some rows (extend, clamp, interpolate): build just the
-  // rows this call reads, never touching the table, then the same fused pass.
-  if (o.positions.ids.empty()) {
-    const auto rows = position_->forward(T, o.positions.start);  // rows start .. start + T - 1
-    const TensorView pos(rows.data(), DType::kF32, {T, D});
-    ops::compose_forward(vout, vids, tok, pos.get(), nullptr, 0, lookup);
-    return;
-  }
-  // From one checked copy of the ids (the caller's may have changed since the
-  // check above): rows_for indexes the table with them.
-  const std::vector<int64_t> ids_copy = position_->resolve_positions(B, T, o.positions, kWhere);
-  std::vector<int64_t> unique(ids_copy.begin(), ids_copy.end());
-  std::sort(unique.begin(), unique.end());
-  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-  std::vector<int64_t> remapped(ids_copy.size());
-  for (size_t n = 0; n < remapped.size(); ++n) {
-    remapped[n] = std::lower_bound(unique.begin(), unique.end(), ids_copy[n]) - unique.begin();
-  }
-  const auto rows = position_->rows_for(unique);
-  const TensorView pos(rows.data(), DType::kF32, {static_cast<int64_t>(unique.size()), D});
-  const TensorView pids(remapped.data(), DType::kI64, {B, T});
-  ops::compose_forward(vout, vids, tok, pos.get(), pids.get(), 0, lookup);
+  // Remapped ids are a copy: the op does not see the caller's, which must not overlap out either.
+  if (!rows.remapped.empty()) detail::check_disjoint(kWhere, "out", out, "position_ids", o.positions.ids);
+  const TensorView pos(rows.rows.data(), DType::kF32, {static_cast<int64_t>(rows.rows.size()) / std::max<int64_t>(D, 1), D});
+  const TensorView pids(rows.ids.data(), DType::kI64, {B, T});
+  ops::compose_forward(TensorView(out.data(), DType::kF32, {B, T, D}), TensorView(ids.data(), DType::kI64, {B, T}),
+                       token_.table_view(), pos.get(), rows.ids.empty() ? nullptr : pids.get(), rows.start,
+                       token_.lookup_options(o.id_policy ? *o.id_policy : token_.id_policy(), kWhere));
 }
 
 void EmbeddingComposer::forward_typed(std::span<const int64_t> ids, int64_t B, int64_t T,
                                       std::span<float> out, const ComposeOptions& o) const {
   constexpr const char* kWhere = "EmbeddingComposer::forward";
+  position_->check_positions(B, T, o.positions, kWhere);
+  const int64_t D = token_.dim();
+  detail::check_size(kWhere, "out", out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, D));
   if (!o.token_type_ids.empty()) {
     if (!types_)
       detail::fail(Status::kInvalidArgument, kWhere,
                    "token_type_ids given but the composer has no token-type table");
     detail::check_size(kWhere, "token_type_ids", o.token_type_ids.size(), B * T);
   }
-  const auto [lo, hi] = position_range(o.positions, T);
-  if (position_->needs_rows(lo, hi)) {
+  if (B == 0 || T == 0) return token_.check_ids(ids, B, T, o.id_policy, kWhere);
+  if (position_->batch_needs_rows(T, o.positions)) {
     detail::fail(Status::kInvalidArgument, kWhere,
                  "token types and LayerNorm need positions inside the table");
   }
@@ -102,15 +62,13 @@ void EmbeddingComposer::forward_typed(std::span<const int64_t> ids, int64_t B, i
   const TensorView pids(o.positions.ids.data(), DType::kI64, {B, T});
   const ops::RowPlan plan(vids, token_.vocab_size(), o.positions.ids.empty() ? nullptr : pids.get(),
                           o.positions.start, token_.lookup_options(policy, kWhere));
-  const int64_t D = token_.dim();
   const LayerNormParams* ln = (layer_norm_ && o.layer_norm) ? &*layer_norm_ : nullptr;
   const TensorView tids(o.token_type_ids.data(), DType::kI64, {B, T});
   const TensorView types(types_ ? types_->table().data() : nullptr, DType::kF32,
                          {types_ ? types_->vocab_size() : 0, D});
   const TensorView gamma(ln ? ln->gamma.data() : nullptr, DType::kF32, {D});
   const TensorView beta(ln ? ln->beta.data() : nullptr, DType::kF32, {D});
-  ops::compose_typed_forward(TensorView(out.data(), DType::kF32, {B, T, D}), plan,
-                             TensorView(token_.table().data(), DType::kF32, {token_.vocab_size(), D}),
+  ops::compose_typed_forward(TensorView(out.data(), DType::kF32, {B, T, D}), plan, token_.table_view(),
                              o.token_type_ids.empty() ? nullptr : tids.get(), types_ ? types.get() : nullptr,
                              TensorView(position_->table().data(), DType::kF32, {position_->max_context(), D}),
                              ln ? gamma.get() : nullptr, ln ? beta.get() : nullptr, ln ? ln->eps : 0.0);
@@ -160,9 +118,10 @@ std::vector<int64_t> EmbeddingComposer::backward(std::span<const float> d_out, s
     detail::fail(Status::kInvalidArgument, kWhere, "backward with a token-type table is not implemented yet");
   }
   // Check both halves before either gradient changes.
-  position_->check_positions(B, T, o.positions, kWhere);
-  detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, dim()));
+  // gradient_rows checks the positions as it resolves them; without a row scatter it returns none, unchecked.
   auto pos_rows = position_->gradient_rows(B, T, o.positions, kWhere);
+  if (pos_rows.empty()) position_->check_positions(B, T, o.positions, kWhere);
+  detail::check_size(kWhere, "d_out", d_out.size(), detail::checked_mul3(kWhere, "B*T*D", B, T, dim()));
   if (token_.frozen() || pos_rows.empty()) {
     token_.check_ids(ids, B, T, o.id_policy, kWhere);
     position_->ensure_grad();  // allocate both (either may throw) before writing either
@@ -176,9 +135,9 @@ std::vector<int64_t> EmbeddingComposer::backward(std::span<const float> d_out, s
   // two separate backwards.
   const ops::RowPlan plan = token_.plan(d_out, ids, B, T, o.id_policy, kWhere, pos_rows);
   auto pos_grad = position_->ensure_grad();
-  token_.ensure_grad();
+  auto tok_grad = token_.ensure_grad();
   const int64_t D = dim();
-  ops::compose_backward(TensorView(token_.grad_.data(), DType::kF32, {token_.vocab_size(), D}).get(),
+  ops::compose_backward(TensorView(tok_grad.data(), DType::kF32, {token_.vocab_size(), D}).get(),
                         TensorView(pos_grad.data(), DType::kF32, {position_->max_context(), D}).get(),
                         TensorView(d_out.data(), DType::kF32, {B, T, D}), plan);
   return {plan.touched_rows().begin(), plan.touched_rows().end()};

@@ -449,6 +449,22 @@ float position_value(int64_t pos, int64_t i, int64_t D, const TableOptions& o) {
   return static_cast<float>(r);
 }
 
+double sinusoidal_frequency(int64_t i, int64_t D, double base) {
+  constexpr const char* kWhere = "sinusoidal_frequency";
+  detail::check_at_least(kWhere, "D", D, 1);
+  // A feature, not a pair: -1 / 2 and the lone sin of odd D would name pair 0 and the last pair.
+  if (i < 0 || i >= D)
+    detail::fail(Status::kInvalidArgument, kWhere, "feature ", i, " is outside [0, ", D, ")");
+  return frequency(i / 2, D, {.layout = Layout::kInterleaved, .base = base});
+}
+
+void sinusoidal_table(std::span<float> out, int64_t L, int64_t D, double base, int64_t start) {
+  constexpr const char* kWhere = "sinusoidal_table";
+  detail::check_at_least(kWhere, "L", L, 1);  // so that L*D names a size, not an overflow
+  detail::check_at_least(kWhere, "D", D, 1);
+  detail::check_size(kWhere, "out", out.size(), detail::checked_mul(kWhere, "L*D", L, D));
+  position_table(out.data(), DType::kF32, L, D, start, {.layout = Layout::kInterleaved, .base = base});
+}
 
 void convert_layout(std::span<float> out, std::span<const float> in, int64_t L, int64_t D, Layout from,
                     Layout to) {

@@ -1,0 +1,21 @@
+# cmake -DINCLUDE_DIR=<include/tokpos> -P check_umbrella.cmake
+# Fails naming every public header that tokpos.hpp does not include. Two are
+# left out on purpose: tokpos.h (the C API) and export.h (the visibility macro).
+file(GLOB headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/*.h ${INCLUDE_DIR}/*.hpp)
+file(READ ${INCLUDE_DIR}/tokpos.hpp umbrella)
+set(missing "")
+foreach(h IN LISTS headers)
+  if(h STREQUAL "tokpos.h" OR h STREQUAL "export.h" OR h STREQUAL "tokpos.hpp")
+    continue()
+  endif()
+  string(FIND "${umbrella}" "#include \"tokpos/${h}\"" at)
+  if(at EQUAL -1)
+    list(APPEND missing ${h})
+  endif()
+endforeach()
+if(missing)
+  list(JOIN missing ", " text)
+  message(FATAL_ERROR "tokpos.hpp does not include: ${text} (include/tokpos/tokpos.hpp is the whole C++ API)")
+endif()
+list(LENGTH headers n)
+message(STATUS "tokpos.hpp includes every public header (${n} files in include/tokpos)")
