@@ -486,12 +486,12 @@ def test_position_past_max_context_raises_index_error():
     pids[1, 2] = 130
     with pytest.raises(IndexError, match=re.escape("position id 130 at (b=1, t=2) is outside [0, 16)")):
         c(ids_of((B, T)), position_ids=pids)
-    with pytest.raises(IndexError, match=re.escape("id 130 at (b=1, t=2) is outside [0, 16)")):
+    with pytest.raises(IndexError, match=re.escape("position id 130 at (b=1, t=2) is outside [0, 16)")):
         c.position(pids)
-    with pytest.raises(IndexError, match=re.escape("id 16 at (b=0, t=16) is outside [0, 16)")):
+    with pytest.raises(IndexError, match=re.escape("positions 0 .. 16 (start 0, T = 17) exceed the 16 rows")):
         c.position(L + 1)
     sin = tt.SinusoidalPositionalEmbedding(128, D)
-    with pytest.raises(IndexError, match=re.escape("id 130 at (b=0, t=2) is outside [0, 128)")):
+    with pytest.raises(IndexError, match=re.escape("position id 130 at (b=0, t=2) is outside [0, 128)")):
         sin(torch.tensor([[128 - 1, 5, 130]]))
     with torch.no_grad(), pytest.raises(IndexError, match=re.escape("exceed the 16 rows of pos_table")):
         c(ids_of((1, L + 1)))

@@ -99,7 +99,7 @@ def test_a_positional_lookup_is_the_table_bit_for_bit():
             pos.weight.copy_(torch.randn(L, D))
             pos.weight[0, : len(special)] = torch.tensor(special)
             pos.weight.data = pos.weight.data.to(dtype)
-        for out, want in ((pos(L), pos.weight), (pos(torch.tensor([[0, 3], [L - 1, 0]])), pos.weight[[[0, 3], [L - 1, 0]]])):
+        for out, want in ((pos(L), pos.weight), (pos(torch.tensor([[0, 3], [L - 1, 0]])), pos.weight[torch.tensor([[0, 3], [L - 1, 0]])])):
             assert out.dtype == dtype
             got_bits = out.detach().contiguous().view(torch.int16 if dtype != torch.float32 else torch.int32)
             want_bits = want.detach().contiguous().view(torch.int16 if dtype != torch.float32 else torch.int32)
