@@ -120,3 +120,29 @@ def test_help_texts_state_the_rules(cli):
         rule = tokpos._core.describe_param(name)
         assert rule in c.stdout, (name, c.stdout)
         assert rule in " ".join(py.stdout.split()), (name, py.stdout)
+
+
+def test_the_page_offers_the_cores_layouts():
+    """The page's layout menu carries a description per option; its values
+    are the core's layout names, every one, in the core's order."""
+    import html.parser
+
+    class Options(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.values, self.inside = [], False
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag == "select":
+                self.inside = attrs.get("id") == "layout"
+            elif tag == "option" and self.inside:
+                self.values.append(attrs["value"])
+
+        def handle_endtag(self, tag):
+            if tag == "select":
+                self.inside = False
+
+    page = Options()
+    page.feed((REPO / "apps/tokpos/serve/assets/index.html").read_text(encoding="utf-8"))
+    assert tuple(page.values) == tokpos.LAYOUTS
