@@ -14,19 +14,8 @@
 #include <string.h>
 
 #include "tokpos/tokpos.h"
+#include "c_check.h"
 
-static int g_passed = 0, g_failed = 0;
-
-#define CHECK(name, cond)                                                       \
-  do {                                                                          \
-    if (cond) {                                                                 \
-      ++g_passed;                                                               \
-      printf("[PASS] %s\n", name);                                              \
-    } else {                                                                    \
-      ++g_failed;                                                               \
-      printf("[FAIL] %s (line %d): %s\n", name, __LINE__, tokpos_last_error()); \
-    }                                                                           \
-  } while (0)
 
 enum { V = 37, D = 12, L = 9, B = 2, T = 7, N = B * T * D };
 
@@ -280,6 +269,5 @@ int main(void) {
   module_forwards();
   backwards_agree();
   tokpos_composer_free(c);
-  printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return c_check_summary();
 }

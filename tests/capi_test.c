@@ -7,19 +7,8 @@
 #include <string.h>
 
 #include "tokpos/tokpos.h"
+#include "c_check.h"
 
-static int g_passed = 0, g_failed = 0;
-
-#define CHECK(name, cond)                                                       \
-  do {                                                                          \
-    if (cond) {                                                                 \
-      ++g_passed;                                                               \
-      printf("[PASS] %s\n", name);                                              \
-    } else {                                                                    \
-      ++g_failed;                                                               \
-      printf("[FAIL] %s (line %d): %s\n", name, __LINE__, tokpos_last_error()); \
-    }                                                                           \
-  } while (0)
 
 enum { V = 260, D = 16, L = 32 };
 
@@ -221,6 +210,5 @@ int main(void) {
   compose_checks();
   handle_checks();
   table_ex_checks();
-  printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return c_check_summary();
 }
