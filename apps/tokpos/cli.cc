@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "frontend/lab.h"
 #include "frontend/params.h"
 #include "tokpos/tokpos.h"
 
@@ -184,6 +185,25 @@ void configure_cli(CLI::App& app, Commands& c) {
   c.serve_cmd->add_option("--threads", serve.threads, "Requests served at once (worker threads)")
       ->check(rule(fe::kThreads))
       ->capture_default_str();
+
+  c.lab_cmd = app.add_subcommand("lab", "Write a lesson's kit: the C lab to do, or the PyTorch lesson to read and run");
+  c.lab_cmd->require_subcommand(1);
+  const std::string lang_help = "Language of the kit's texts (default: zh when LC_ALL, LC_MESSAGES or LANG starts "
+                                "with zh, else en)";
+  c.lab_c_cmd = c.lab_cmd->add_subcommand("c", "The C lab: TASK.md, a Makefile, framework/student.c to write");
+  c.lab_c_cmd->add_option("DIR", c.lab_c.dir, "A new or empty directory")->required();
+  c.lab_c_cmd->add_option("--lang", c.lab_c.lang, lang_help)->check(CLI::IsMember({"zh", "en"}));
+  c.lab_pytorch_cmd = c.lab_cmd->add_subcommand("pytorch", "The PyTorch lesson: main.py, its tests, a README");
+  c.lab_pytorch_cmd->add_option("DIR", c.lab_pytorch.dir, "A new or empty directory")->required();
+  c.lab_pytorch_cmd->add_option("--lang", c.lab_pytorch.lang, lang_help)->check(CLI::IsMember({"zh", "en"}));
+  c.lab_pytorch_cmd->add_flag("--exercise", c.lab_pytorch.exercise,
+                              "The modules' bodies left to write (raise NotImplementedError)");
+}
+
+void run_lab(const std::string& kind, const LabCommand& command, std::ostream& out) {
+  const fe::Lang lang = command.lang.empty() ? fe::default_lang() : fe::parse_lang(command.lang);
+  const std::vector<std::string> written = fe::write_lab(kind, command.dir, lang, command.exercise);
+  out << fe::lab_report(kind, command.dir, lang, written);
 }
 
 }  // namespace tokpos::app

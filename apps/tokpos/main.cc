@@ -5,6 +5,7 @@
 //   embed  a real checkpoint's input stage (GPT-2, BERT) on given token ids
 //   plot   the diagnostics as pictures (PNG and SVG)
 //   serve  an interactive page and a JSON API on a local port
+//   lab    a lesson's kit: the C lab to do, the PyTorch lesson to run
 #include <iostream>
 #include <new>
 #include <optional>
@@ -46,6 +47,8 @@ int main(int argc, char** argv) {
     if (*c.rope_cmd) tokpos::app::run_rope(c.rope, std::cout);
     if (*c.embed_cmd) tokpos::app::run_embed(c.embed, std::cout);
     if (*c.plot_cmd) tokpos::plot::make_plots(c.plot, std::cout);
+    if (*c.lab_c_cmd) tokpos::app::run_lab("c", c.lab_c, std::cout);
+    if (*c.lab_pytorch_cmd) tokpos::app::run_lab("pytorch", c.lab_pytorch, std::cout);
     if (*c.serve_cmd) return tokpos::serve::run_serve(c.serve, std::cout, std::cerr);
   } catch (const tokpos::Error& e) {
     std::cerr << "tokpos: error: " << e.what() << "\n";
