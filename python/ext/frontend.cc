@@ -1,7 +1,7 @@
 // The front ends' shared part (src/frontend): the demo report that `tokpos
 // demo` prints, its defaults, and the parameters' rules, so python -m tokpos
 // checks its options by the rules the CLI and tokpos serve use, with the same
-// messages, and copies no default.
+// messages, and copies no default; and the lab kits (`python -m tokpos lab`).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -12,6 +12,7 @@
 
 #include "bind.h"
 #include "frontend/demo_report.h"
+#include "frontend/lab.h"
 #include "frontend/params.h"
 
 namespace tokpos::python {
@@ -63,6 +64,17 @@ std::string describe_param(const std::string& name) {
   throw Error(Status::kInvalidArgument, "tokpos: no rule for a parameter named '" + name + "'");
 }
 
+// The lab kits (frontend/lab.h), with the language as its name.
+std::vector<std::string> write_lab(const std::string& kind, const std::string& dir, const std::string& lang,
+                                   bool exercise) {
+  return fe::write_lab(kind, dir, fe::parse_lang(lang), exercise);
+}
+
+std::string lab_report(const std::string& kind, const std::string& dir, const std::string& lang,
+                       const std::vector<std::string>& written) {
+  return fe::lab_report(kind, dir, fe::parse_lang(lang), written);
+}
+
 }  // namespace
 
 void bind_frontend(nb::module_& m) {
@@ -80,6 +92,10 @@ void bind_frontend(nb::module_& m) {
   m.def("parse_param", &parse_param, nb::arg("name"), nb::arg("text"));
   m.def("describe_param", &describe_param, nb::arg("name"));
   m.def("layout_names", &fe::layout_names);
+  m.def("write_lab", &write_lab, nb::arg("kind"), nb::arg("dir"), nb::arg("lang"), nb::arg("exercise"));
+  m.def("lab_report", &lab_report, nb::arg("kind"), nb::arg("dir"), nb::arg("lang"), nb::arg("written"));
+  m.def("lab_kinds", &fe::lab_kinds);
+  m.def("default_lang", [] { return std::string(fe::lang_name(fe::default_lang())); });
 }
 
 }  // namespace tokpos::python

@@ -1,7 +1,15 @@
-"""python -m tokpos: the command-line tool's demo, from Python.
+"""python -m tokpos: the command-line tool's demo and lab kits, from Python.
 
     python -m tokpos demo [--text T] [--dim D] [--vocab V] [--context L]
                           [--seed S] [--base B] [--json]
+    python -m tokpos lab c DIR [--lang zh|en]
+    python -m tokpos lab pytorch DIR [--lang zh|en] [--exercise]
+
+`lab` writes a lesson's kit into DIR (new or empty) as `tokpos lab` does,
+through the same C++ code (tokpos._core.write_lab), and prints the same
+lines; without --lang, tokpos._core.default_lang() picks zh or en from
+LC_ALL, LC_MESSAGES and LANG. A refused DIR prints "tokpos: error: ..." and
+exits with status 1.
 
 The options, their defaults and their rules are the C++ tool's `tokpos
 demo`: the defaults are read from the core (tokpos._core.DemoOptions), each
@@ -66,7 +74,45 @@ def _parser() -> argparse.ArgumentParser:
                       help=_help("Seed of the Philox initialiser", "seed"))
     demo.add_argument("--base", type=_rule("base"), default=DEFAULTS.base, help=_help("Sinusoidal base", "base"))
     demo.add_argument("--json", action="store_true", help="Print one JSON object instead of the report")
+    lab = sub.add_parser(
+        "lab",
+        help="Write a lesson's kit: the C lab to do, or the PyTorch lesson to read and run",
+        description="Write a lesson's kit: the C lab to do, or the PyTorch lesson to read and run",
+    )
+    kinds = lab.add_subparsers(dest="kind", metavar="KIND", required=True)
+    lang_help = "Language of the kit's texts (default: zh when LC_ALL, LC_MESSAGES or LANG starts with zh, else en)"
+    for kind, text in (("c", "The C lab: TASK.md, a Makefile, framework/student.c to write"),
+                       ("pytorch", "The PyTorch lesson: main.py, its tests, a README")):
+        k = kinds.add_parser(kind, help=text, description=text)
+        k.add_argument("dir", metavar="DIR", help="A new or empty directory")
+        k.add_argument("--lang", choices=("zh", "en"), default=None, help=lang_help)
+        if kind == "pytorch":
+            k.add_argument("--exercise", action="store_true",
+                           help="The modules' bodies left to write (raise NotImplementedError)")
     return p
+
+
+def _write(text: str) -> None:
+    """Writes text as UTF-8 bytes, whatever stdout's encoding."""
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:
+        sys.stdout.write(text)
+    else:
+        sys.stdout.flush()
+        stream.write(text.encode("utf-8"))
+    sys.stdout.flush()
+
+
+def _lab(args: argparse.Namespace) -> int:
+    lang = args.lang or _core.default_lang()
+    exercise = getattr(args, "exercise", False)
+    try:
+        written = _core.write_lab(args.kind, args.dir, lang, exercise)
+    except (ValueError, OSError) as e:
+        print(f"tokpos: error: {e}", file=sys.stderr)
+        return 1
+    _write(_core.lab_report(args.kind, args.dir, lang, written))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,8 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_usage(sys.stderr)
-        print("python -m tokpos: error: a command is required (demo)", file=sys.stderr)
+        print("python -m tokpos: error: a command is required (demo, lab)", file=sys.stderr)
         return 2
+    if args.command == "lab":
+        return _lab(args)
     try:
         args.text.encode("utf-8")
     except UnicodeEncodeError:
@@ -89,14 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tokpos: error: {e}", file=sys.stderr)
         return 1
     # The report's bytes as the C++ tool writes them, whatever stdout's encoding.
-    data = report.encode("utf-8")
-    stream = getattr(sys.stdout, "buffer", None)
-    if stream is None:
-        sys.stdout.write(report)
-    else:
-        sys.stdout.flush()
-        stream.write(data)
-    sys.stdout.flush()
+    _write(report)
     return 0
 
 

@@ -218,6 +218,16 @@ TEST(LabWrite, RefusesADirectoryThatIsNotEmptyAndWritesNothing) {
   // A file where the directory would go is refused too.
   EXPECT_THROW(fe::write_lab("c", dir / "notes.txt", fe::Lang::kEn, false), tokpos::Error);
   EXPECT_EQ(read(dir / "notes.txt"), "mine");
+  // A directory the OS will not create (its parent is a file): IO_ERROR, nothing left behind.
+  try {
+    fe::write_lab("c", dir / "notes.txt" / "kit", fe::Lang::kEn, false);
+    FAIL() << "a directory under a file was accepted";
+  } catch (const tokpos::Error& e) {
+    EXPECT_EQ(e.status(), tokpos::Status::kIoError) << e.what();
+    EXPECT_NE(std::string(e.what()).find("write_lab: cannot create directory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(files_under(dir), std::set<std::string>{"notes.txt"});
+  EXPECT_EQ(read(dir / "notes.txt"), "mine");
 }
 
 TEST(LabWrite, AnEmptyOrMissingDirectoryIsFilledAndParentsAreCreated) {
