@@ -78,7 +78,8 @@ Result run_kit(const fs::path& dir, const std::string& lang, const std::optional
     fs::copy_file(fs::path(TOKPOS_LAB_SOLUTIONS) / (*solution + ".c"), dir / "framework" / "student.c",
                   fs::copy_options::overwrite_existing);
   }
-  return run_shell("cd " + quoted(dir) + " && make clean && make test");
+  // As a learner types it: no make variables or jobserver inherited from a make running the suite.
+  return run_shell("unset MAKEFLAGS MFLAGS MAKELEVEL; cd " + quoted(dir) + " && make clean && make test");
 }
 
 const std::vector<std::string> kKit = {"Makefile",
