@@ -1,7 +1,13 @@
-# cmake -DROOT=<lab dir> -DOUT=<file.cc> -P embed_lab.cmake: writes a C++
-# source holding every file under ROOT (its path relative to ROOT and its
-# bytes), for tokpos::frontend::write_lab (src/frontend/lab.cc).
-file(GLOB_RECURSE files RELATIVE ${ROOT} ${ROOT}/*)
+# cmake -DROOT=<lab dir> -DLIST=<file list> -DOUT=<file.cc> -P embed_lab.cmake:
+# writes a C++ source holding every file the list names (absolute paths, one
+# per line, as src/frontend/CMakeLists.txt chose them): its path relative to
+# ROOT and its bytes, for tokpos::frontend::write_lab (src/frontend/lab.cc).
+file(STRINGS ${LIST} paths)
+set(files "")
+foreach(path IN LISTS paths)
+  file(RELATIVE_PATH rel ${ROOT} ${path})
+  list(APPEND files ${rel})
+endforeach()
 list(SORT files)
 set(body "")
 set(entries "")
