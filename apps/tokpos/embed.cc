@@ -7,6 +7,8 @@
 
 #include "progress.h"
 
+#include "frontend/trained.h"
+
 #include "tokpos/diagnostics.h"
 #include "tokpos/error.h"
 #include "tokpos/npy.h"
@@ -59,25 +61,7 @@ void run_embed(const EmbedCommand& c, std::ostream& log) {
     throw Error(Status::kInvalidArgument, "tokpos embed: --eps belongs to the bert preset (gpt2 has no LayerNorm here)");
   if (c.preset == "gpt2" && c.no_layer_norm)
     throw Error(Status::kInvalidArgument, "tokpos embed: --no-layer-norm belongs to the bert preset");
-  const std::vector<std::string> roles =
-      c.preset == "gpt2" ? std::vector<std::string>{"wte", "wpe"}
-                         : std::vector<std::string>{"word", "position", "token_type", "ln_weight", "ln_bias"};
-  NameMap names;
-  for (const auto& m : c.map) {
-    const auto eq = m.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) {
-      throw Error(Status::kInvalidArgument, "tokpos embed: --map '" + m + "' is not ROLE=NAME");
-    }
-    const std::string role = m.substr(0, eq);
-    if (std::find(roles.begin(), roles.end(), role) == roles.end()) {
-      throw Error(Status::kInvalidArgument,
-                  "tokpos embed: --map '" + m + "': '" + role + "' is not a role of the " + c.preset +
-                      " preset (gpt2: wte, wpe; bert: word, position, token_type, ln_weight, ln_bias)");
-    }
-    if (!names.emplace(role, m.substr(eq + 1)).second) {
-      throw Error(Status::kInvalidArgument, "tokpos embed: --map: role '" + role + "' is given twice");
-    }
-  }
+  const NameMap names = frontend::parse_name_map("tokpos embed", c.preset, c.map);
   int64_t B, T;
   const auto ids = parse_matrix(c.ids, "--ids", &B, &T);
   // Read with pread (copies): a weights file truncated meanwhile is a named error, not SIGBUS.
@@ -85,11 +69,8 @@ void run_embed(const EmbedCommand& c, std::ostream& log) {
   ComposeOptions options;
   std::vector<int64_t> types, positions;
   std::string position_note = "positions 0.." + std::to_string(T - 1);
-  EmbeddingComposer model = [&] {
-    if (c.preset == "gpt2") return gpt2_from_safetensors(file, names);
-    if (c.preset == "bert") return bert_from_safetensors(file, c.eps, names);
-    throw Error(Status::kInvalidArgument, "tokpos embed: unknown --preset '" + c.preset + "' (gpt2, bert)");
-  }();
+  EmbeddingComposer model =
+      c.preset == "gpt2" ? gpt2_from_safetensors(file, names) : bert_from_safetensors(file, c.eps, names);
   if (!c.token_types.empty()) {
     if (c.preset != "bert")
       throw Error(Status::kInvalidArgument, "tokpos embed: --token-types belongs to the bert preset");

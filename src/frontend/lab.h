@@ -17,22 +17,9 @@
 #include <vector>
 
 #include "frontend/lab_files.h"
+#include "frontend/lang.h"
 
 namespace tokpos::frontend {
-
-enum class Lang { kEn, kZh };
-
-// "en" or "zh".
-std::string_view lang_name(Lang lang);
-
-// "en" -> kEn, "zh" -> kZh; anything else throws Error(kInvalidArgument)
-// naming the value and the two accepted ones.
-Lang parse_lang(std::string_view text);
-
-// The learner's language when no --lang is given: the first of LC_ALL,
-// LC_MESSAGES and LANG that is set and not empty decides; zh when it starts
-// with "zh", else en (en too when none is set).
-Lang default_lang();
 
 // The kits there are ("c", "pytorch", ...), from the embedded files.
 std::vector<std::string> lab_kinds();
