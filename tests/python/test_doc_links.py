@@ -1,4 +1,4 @@
-"""Every link in README.md and docs/*.md leads somewhere.
+"""Every link in README.md, docs/*.md and docs/zh/*.md leads somewhere.
 
 A markdown link or image, `[text](target)` or `![alt](target)`, whose target
 is not a URL (`http:`, `https:`, `mailto:`) must name a file or directory of
@@ -26,7 +26,7 @@ import pytest
 
 from conftest import REPO
 
-FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "zh").glob("*.md"))]
 FENCE = re.compile(r"^\s{0,3}(```|~~~)")
 HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 LINK = re.compile(r"!?\[(?P<text>(?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?(?P<target>[^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")

@@ -1,6 +1,6 @@
-"""Every code block of README.md and docs/*.md runs as shown and prints what the page says.
+"""Every code block of README.md, docs/*.md and docs/zh/*.md runs as shown and prints what the page says.
 
-The convention (README.md and every docs/*.md page follow it; a block that
+The convention (README.md and every docs/*.md and docs/zh/*.md page follow it; a block that
 breaks it fails here):
 
 - A fenced block tagged ```c, ```cpp, ```sh or ```python is a snippet, and
@@ -43,7 +43,7 @@ import pytest
 from conftest import REPO, cli_path, tokpos_torch
 
 README = REPO / "README.md"
-PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [README, *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "zh").glob("*.md"))]
 RUNNERS = ("c", "cpp", "sh", "python")
 MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->$")
 NOT_RUN = re.compile(r"^not run \((.+)\)$")
