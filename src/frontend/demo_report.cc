@@ -138,16 +138,18 @@ void check_weights_options(const DemoOptions& o) {
 void trained_summary(Lang lang, const std::string& file, const Variant& learned, const Variant& sinusoidal,
                      const Variant& trained, const std::vector<int64_t>& offsets, std::ostream& out) {
   const auto st = summarize(trained.adjacent), sl = summarize(learned.adjacent), ss = summarize(sinusoidal.adjacent);
+  const bool smooth = st.mean > 0.5;
   out << "\n" << tr(lang, "trained.title", {file}) << "\n";
-  if (!trained.adjacent.empty()) {
-    const auto lowest = std::min_element(trained.adjacent.begin(), trained.adjacent.end()) - trained.adjacent.begin();
-    const bool smooth = st.mean > 0.5;
-    out << "  "
-        << tr(lang, "trained.adjacent",
-              {fmt("%+.3f", st.mean), fmt("%+.3f", sl.mean), fmt("%+.3f", ss.mean), std::to_string(lowest),
-               std::to_string(lowest + 1), fmt("%+.3f", st.min)})
-        << "\n    " << tr(lang, smooth ? "trained.adjacent.smooth" : "trained.adjacent.rough") << "\n";
+  if (trained.adjacent.empty()) {
+    out << "  " << tr(lang, "trained.single") << "\n";
+    return;
   }
+  const auto lowest = std::min_element(trained.adjacent.begin(), trained.adjacent.end()) - trained.adjacent.begin();
+  out << "  "
+      << tr(lang, "trained.adjacent",
+            {fmt("%+.3f", st.mean), fmt("%+.3f", sl.mean), fmt("%+.3f", ss.mean), std::to_string(lowest),
+             std::to_string(lowest + 1), fmt("%+.3f", st.min)})
+      << "\n    " << tr(lang, smooth ? "trained.adjacent.smooth" : "trained.adjacent.rough") << "\n";
   const auto& bt = trained.by_offset;
   const auto& bs = sinusoidal.by_offset;
   const int64_t max_offset = static_cast<int64_t>(bt.size()) - 1;
@@ -164,19 +166,22 @@ void trained_summary(Lang lang, const std::string& file, const Variant& learned,
                std::to_string(max_offset - 1), std::to_string(max_offset)})
         << "\n    " << tr(lang, verdict) << "\n";
   }
-  if (!trained.fits.empty()) {
-    const double rel = trained.fits.front().relative;
-    out << "  "
-        << tr(lang, "trained.fit",
-              {std::to_string(trained.fits.front().offset), fmt("%.2g", rel),
-               fmt("%.2g", sinusoidal.fits.front().relative), fmt("%.2g", learned.fits.front().relative)})
-        << "\n    " << tr(lang, rel > 0.1 ? "trained.fit.none" : rel > 1e-3 ? "trained.fit.some" : "trained.fit.all")
-        << "\n";
-    const bool smooth = !trained.adjacent.empty() && st.mean > 0.5;
-    out << "  "
-        << tr(lang, !smooth ? "trained.claim.rough" : rel > 1e-3 ? "trained.claim.smooth" : "trained.claim.sinusoidal")
-        << "\n";
+  if (trained.fits.front().pairs == 0) {
+    out << "  " << tr(lang, "trained.fit.nopairs") << "\n";
+    out << "  " << tr(lang, smooth ? "trained.claim.smooth.only" : "trained.claim.rough") << "\n";
+    return;
   }
+  // The k = 1 fit: one position to the next.
+  const double rel = trained.fits.front().relative;
+  out << "  "
+      << tr(lang, "trained.fit",
+            {std::to_string(trained.fits.front().offset), fmt("%.2g", rel),
+             fmt("%.2g", sinusoidal.fits.front().relative), fmt("%.2g", learned.fits.front().relative)})
+      << "\n    " << tr(lang, rel > 0.1 ? "trained.fit.none" : rel > 1e-3 ? "trained.fit.some" : "trained.fit.all")
+      << "\n";
+  out << "  "
+      << tr(lang, !smooth ? "trained.claim.rough" : rel > 1e-3 ? "trained.claim.smooth" : "trained.claim.sinusoidal")
+      << "\n";
 }
 
 }  // namespace

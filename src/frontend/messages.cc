@@ -65,6 +65,7 @@ constexpr std::array kDemoMessages{
     // What the trained table's numbers say, chosen by the numbers themselves.
     Message{"trained.title", "what the trained table ({}) shows against the two others:",
             "训练所得的表（{}）与另外两张表相比："},
+    Message{"trained.single", "with L = 1 it has no two positions to compare.", "L = 1 时没有两个位置可以比较。"},
     Message{"trained.adjacent",
             "neighbours: mean cos {} (fresh learned {}, sinusoidal {}); the lowest is cos(P[{}], P[{}]) = {}",
             "相邻行：cos 均值 {}（新初始化的学习式表 {}，正弦表 {}）；最低的是 cos(P[{}], P[{}]) = {}"},
@@ -95,6 +96,10 @@ constexpr std::array kDemoMessages{
             "列对的旋转只能解释从一个位置到下一个位置的一部分变化。"},
     Message{"trained.fit.all", "rotations of its column pairs move one position to the next, as in the sinusoidal table.",
             "列对的旋转就能把一个位置移到下一个位置，和正弦表一样。"},
+    Message{"trained.fit.nopairs", "rotation fit: with D = 1 there is no column pair to rotate.",
+            "旋转拟合：D = 1 时没有可以旋转的列对。"},
+    Message{"trained.claim.smooth.only", "so the lesson's claim holds for smoothness between neighbours.",
+            "所以课程的说法在“相邻行平滑”这一点上成立。"},
     Message{"trained.claim.smooth", "so the lesson's claim holds for smoothness between neighbours, but the table has not "
                                     "grown the sinusoidal table's structure of rotations.",
             "所以课程的说法在“相邻行平滑”这一点上成立，但这张表并没有长出正弦表那种由旋转构成的结构。"},
