@@ -62,13 +62,13 @@ void configure_cli(CLI::App& app, Commands& c) {
       app.add_subcommand("demo", "Embed a text with learned and sinusoidal positions and compare them");
   c.demo_cmd->add_option("--text", demo.text, "Text to embed (byte tokenizer: id = byte + 4)")
       ->capture_default_str();
-  c.demo_cmd->add_option("--dim", demo.dim, "Model width D")
+  CLI::Option* demo_dim = c.demo_cmd->add_option("--dim", demo.dim, "Model width D")
       ->check(rule(fe::kDim))
       ->capture_default_str();
   c.demo_cmd->add_option("--vocab", demo.vocab_size, "Vocabulary size V")
       ->check(rule(fe::kVocab))
       ->capture_default_str();
-  c.demo_cmd->add_option("--context", demo.max_context, "Max context L")
+  CLI::Option* demo_context = c.demo_cmd->add_option("--context", demo.max_context, "Max context L")
       ->check(rule(fe::kContext))
       ->capture_default_str();
   c.demo_cmd->add_option("--seed", demo.seed, "Seed of the Philox initialiser, in [0, 2^64)")
@@ -78,6 +78,25 @@ void configure_cli(CLI::App& app, Commands& c) {
       ->check(rule(fe::kBase))
       ->capture_default_str();
   c.demo_cmd->add_flag("--json", demo.json, "Print one JSON object instead of the report");
+  c.demo_cmd
+      ->add_option("--lang", demo.lang,
+                   "Language of the report (default: zh when LC_ALL, LC_MESSAGES or LANG starts with zh, else en); "
+                   "the numbers and --json are the same in both")
+      ->check(CLI::IsMember({"zh", "en"}));
+  c.demo_cmd->add_option("--weights", demo.weights,
+                         "FILE.safetensors: show its trained position table beside a fresh learned and a "
+                         "sinusoidal one of its (L, D) (needs --preset; excludes --dim and --context)");
+  c.demo_cmd->add_option("--preset", demo.preset, "gpt2|bert: how to read --weights")
+      ->check(CLI::IsMember({"gpt2", "bert"}));
+  c.demo_cmd
+      ->add_option("--map", demo.map,
+                   "ROLE=NAME: read a role (wte, wpe, word, position, token_type, ln_weight, ln_bias) from NAME")
+      ->delimiter(',');
+  // --dim and --context say they were given, so that run_demo can refuse them beside --weights.
+  c.demo_cmd->callback([&demo, demo_dim, demo_context] {
+    demo.dim_given = demo_dim->count() > 0;
+    demo.context_given = demo_context->count() > 0;
+  });
 
   auto& table = c.table;
   c.table_cmd =

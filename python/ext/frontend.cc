@@ -13,6 +13,7 @@
 #include "bind.h"
 #include "frontend/demo_report.h"
 #include "frontend/lab.h"
+#include "frontend/messages.h"
 #include "frontend/params.h"
 
 namespace tokpos::python {
@@ -21,7 +22,9 @@ namespace {
 namespace fe = tokpos::frontend;
 
 std::string demo_report(const std::string& text, int64_t vocab_size, int64_t dim, int64_t max_context,
-                        uint64_t seed, double base, bool json) {
+                        uint64_t seed, double base, bool json, const std::string& lang, const std::string& weights,
+                        const std::string& preset, const std::vector<std::string>& map, bool dim_given,
+                        bool context_given) {
   fe::DemoOptions o;
   o.text = text;
   o.vocab_size = vocab_size;
@@ -30,12 +33,25 @@ std::string demo_report(const std::string& text, int64_t vocab_size, int64_t dim
   o.seed = seed;
   o.base = base;
   o.json = json;
+  o.lang = lang;
+  o.weights = weights;
+  o.preset = preset;
+  o.map = map;
+  o.dim_given = dim_given;
+  o.context_given = context_given;
   std::ostringstream os;
   {
     nb::gil_scoped_release release;
     fe::run_demo(o, os);
   }
   return os.str();
+}
+
+// The demo report's catalogue as (key, en, zh) triples.
+std::vector<std::vector<std::string>> demo_messages() {
+  std::vector<std::vector<std::string>> out;
+  for (const fe::Message& m : fe::demo_messages()) out.push_back({std::string(m.key), std::string(m.en), std::string(m.zh)});
+  return out;
 }
 
 // The integer rules python -m tokpos takes, by the name its option has.
@@ -88,7 +104,10 @@ void bind_frontend(nb::module_& m) {
       .def_ro("base", &fe::DemoOptions::base)
       .def_ro("json", &fe::DemoOptions::json);
   m.def("demo_report", &demo_report, nb::arg("text"), nb::arg("vocab_size"), nb::arg("dim"),
-        nb::arg("max_context"), nb::arg("seed"), nb::arg("base"), nb::arg("json"));
+        nb::arg("max_context"), nb::arg("seed"), nb::arg("base"), nb::arg("json"), nb::arg("lang") = "",
+        nb::arg("weights") = "", nb::arg("preset") = "", nb::arg("map") = std::vector<std::string>{},
+        nb::arg("dim_given") = false, nb::arg("context_given") = false);
+  m.def("demo_messages", &demo_messages);
   m.def("parse_param", &parse_param, nb::arg("name"), nb::arg("text"));
   m.def("describe_param", &describe_param, nb::arg("name"));
   m.def("layout_names", &fe::layout_names);

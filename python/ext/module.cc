@@ -263,4 +263,5 @@ NB_MODULE(_core, m) {
   tokpos::python::bind_rope(m);
   tokpos::python::bind_shard(m);
   tokpos::python::bind_frontend(m);
+  tokpos::python::bind_diagnostics(m);
 }

@@ -31,6 +31,8 @@ from ._arrays import framework as _framework
 from ._arrays import index_sequence as _index_sequence
 from ._arrays import is_torch as _is_torch
 from ._arrays import require_cpu as _require_cpu
+from .diagnostics import *  # noqa: F401,F403  (the lesson's diagnostics on any table)
+from .diagnostics import __all__ as _diagnostics_all
 from .positions import *  # noqa: F401,F403  (position ids, ALiBi)
 from .rope import *  # noqa: F401,F403  (RoPE)
 from .positions import __all__ as _positions_all
@@ -46,6 +48,7 @@ __all__ = [
     "pe_sinusoidal",
     "set_num_threads",
     "sinusoidal_table",
+    *_diagnostics_all,
     *_positions_all,
     *_rope_all,
 ]

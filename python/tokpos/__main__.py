@@ -1,7 +1,8 @@
 """python -m tokpos: the command-line tool's demo and lab kits, from Python.
 
     python -m tokpos demo [--text T] [--dim D] [--vocab V] [--context L]
-                          [--seed S] [--base B] [--json]
+                          [--seed S] [--base B] [--json] [--lang zh|en]
+                          [--weights FILE --preset gpt2|bert [--map ROLE=NAME ...]]
     python -m tokpos lab c DIR [--lang zh|en]
     python -m tokpos lab pytorch DIR [--lang zh|en] [--exercise]
 
@@ -20,6 +21,11 @@ bad option exits with status 2 and argparse's usage line above the rule's
 message; a library error (for example a text longer than --context) prints
 "tokpos: error: ..." on stderr and exits with status 1, as the C++ tool
 does. --text must be UTF-8 (the C++ tool also takes other bytes).
+--lang, --weights, --preset and --map are the C++ tool's too: the report's
+language (without it, tokpos._core.default_lang()), and a checkpoint whose
+trained position table the report shows beside the fresh ones; the checks
+that tie them together (--weights needs --preset, and excludes --dim and
+--context) are the core's, with its messages.
 """
 
 from __future__ import annotations
@@ -47,6 +53,15 @@ def _rule(name: str):
     return parse
 
 
+class _Given(argparse.Action):
+    """Stores the value and records that the option was given (NAME_given),
+    so that the core can refuse --dim or --context beside --weights."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest + "_given", True)
+
+
 def _help(text: str, name: str) -> str:
     return f"{text}: {_core.describe_param(name)}"
 
@@ -65,15 +80,25 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     demo.add_argument("--text", default=DEFAULTS.text, help="Text to embed (byte tokenizer: id = byte + 4)")
-    demo.add_argument("--dim", type=_rule("dim"), default=DEFAULTS.dim, help=_help("Model width D", "dim"))
+    demo.add_argument("--dim", type=_rule("dim"), default=DEFAULTS.dim, action=_Given,
+                      help=_help("Model width D", "dim"))
     demo.add_argument("--vocab", type=_rule("vocab"), default=DEFAULTS.vocab_size,
                       help=_help("Vocabulary size V", "vocab"))
-    demo.add_argument("--context", type=_rule("context"), default=DEFAULTS.max_context,
+    demo.add_argument("--context", type=_rule("context"), default=DEFAULTS.max_context, action=_Given,
                       help=_help("Max context L", "context"))
     demo.add_argument("--seed", type=_rule("seed"), default=DEFAULTS.seed,
                       help=_help("Seed of the Philox initialiser", "seed"))
     demo.add_argument("--base", type=_rule("base"), default=DEFAULTS.base, help=_help("Sinusoidal base", "base"))
     demo.add_argument("--json", action="store_true", help="Print one JSON object instead of the report")
+    demo.add_argument("--lang", choices=("zh", "en"), default=None,
+                      help="Language of the report (default: zh when LC_ALL, LC_MESSAGES or LANG starts with zh, "
+                           "else en); the numbers and --json are the same in both")
+    demo.add_argument("--weights", metavar="FILE", default="",
+                      help="FILE.safetensors: show its trained position table beside a fresh learned and a "
+                           "sinusoidal one of its (L, D) (needs --preset; excludes --dim and --context)")
+    demo.add_argument("--preset", choices=("gpt2", "bert"), default="", help="How to read --weights")
+    demo.add_argument("--map", metavar="ROLE=NAME", nargs="+", action="extend", default=[],
+                      help="Read a role (wte, wpe, word, position, token_type, ln_weight, ln_bias) from NAME")
     lab = sub.add_parser(
         "lab",
         help="Write a lesson's kit: the C lab to do, or the PyTorch lesson to read and run",
@@ -132,7 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         print("tokpos: error: --text is not valid UTF-8; python -m tokpos takes UTF-8 text only", file=sys.stderr)
         return 1
     try:
-        report = _core.demo_report(args.text, args.vocab, args.dim, args.context, args.seed, args.base, args.json)
+        report = _core.demo_report(
+            args.text, args.vocab, args.dim, args.context, args.seed, args.base, args.json,
+            lang=args.lang or _core.default_lang(),
+            weights=args.weights,
+            preset=args.preset,
+            map=[m for item in args.map for m in item.split(",")],  # as the C++ tool: --map a=b,c=d
+            dim_given=getattr(args, "dim_given", False),
+            context_given=getattr(args, "context_given", False),
+        )
     except (ValueError, IndexError, OSError, MemoryError, RuntimeError) as e:
         print(f"tokpos: error: {e}", file=sys.stderr)
         return 1

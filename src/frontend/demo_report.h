@@ -8,6 +8,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tokpos::frontend {
 
@@ -21,6 +22,19 @@ struct DemoOptions {
   uint64_t seed = 0;
   double base = 10000.0;
   bool json = false;
+  // The report's language: "en" or "zh"; empty: default_lang() (frontend/lang.h).
+  // The JSON object is the same in both.
+  std::string lang;
+  // A checkpoint whose trained position table is shown beside the fresh
+  // learned and the sinusoidal ones, which then take its (L, D). preset
+  // ("gpt2" or "bert") is required with it; map holds --map's ROLE=NAME.
+  // The file fixes L and D: dim_given or context_given (the caller saw --dim
+  // or --context) with a file is an error naming both.
+  std::string weights;
+  std::string preset;
+  std::vector<std::string> map;
+  bool dim_given = false;
+  bool context_given = false;
 };
 
 // Told before each step of the work (step 0 .. total-1, with its label) and
