@@ -23,6 +23,10 @@ breaks it fails here):
 - A block without a tag is text (a diagram, a listing, an output); a block
   with any other tag must carry the not-run marker.
 
+Every snippet runs in the C.UTF-8 locale: the reports are in English
+unless the snippet asks for `--lang zh` (a reader whose locale is zh_*
+sees Chinese without the flag).
+
 The build directory is the one $TOKPOS_CLI lives in (build/bin/tokpos ->
 build/). The blocks run and left out are listed at the end of the run, by
 page and line.
@@ -165,7 +169,7 @@ def _cache(build: pathlib.Path, key: str) -> str:
 
 def _run(args, cwd, what: str) -> str:
     r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S,
-                       env={**os.environ, "TOKPOS_PROGRESS": "0"})
+                       env={**os.environ, "TOKPOS_PROGRESS": "0", "LC_ALL": "C.UTF-8"})
     assert r.returncode == 0, f"{what} exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
     return r.stdout
 
