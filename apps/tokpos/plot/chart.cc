@@ -87,7 +87,7 @@ void collect_missing_glyphs(cairo_t* cr, std::set<char32_t>* missing) {
 std::string missing_glyphs_warning(const std::set<char32_t>& missing) {
   if (missing.empty()) return {};
   std::string chars;
-  int n = 0;
+  size_t n = 0;
   for (char32_t c : missing) {
     if (n++ == 8) {
       chars += " and " + std::to_string(missing.size() - 8) + " more";
@@ -97,14 +97,15 @@ std::string missing_glyphs_warning(const std::set<char32_t>& missing) {
     std::snprintf(buf, sizeof buf, "%sU+%04X", n > 1 ? ", " : "", static_cast<unsigned>(c));
     chars += buf;
   }
-  std::string fonts;
+  std::string fonts, absent;
   for (const FontChoice& f : kFonts) {
-    fonts += std::string(fonts.empty() ? "" : ", ") + f.family + " (Debian package " + f.package +
-             (font_installed(f.family) ? "" : ", NOT INSTALLED") + ")";
+    const bool installed = font_installed(f.family);
+    fonts += std::string(fonts.empty() ? "" : ", then ") + f.family + " (" + f.package +
+             (installed ? "" : ", not installed") + ")";
+    if (!installed) absent += std::string(" ") + f.package;
   }
-  return "tokpos plot: warning: no font has a glyph for " + chars +
-         ", drawn as empty boxes; the pictures use " + fonts +
-         "; install the missing package (e.g. apt-get install fonts-noto-cjk for Chinese)";
+  return "tokpos plot: warning: no font has a glyph for " + chars + ", drawn as empty boxes; text is drawn in " +
+         fonts + (absent.empty() ? ", and neither has them" : "; install:  apt-get install" + absent);
 }
 
 void text(cairo_t* cr, double x, double y, const std::string& s, double size, Align align, bool bold, double angle,

@@ -23,9 +23,9 @@ struct PlotOptions {
   // --weights FILE --preset gpt2|bert [--map ROLE=NAME ...]: instead of the
   // fresh tables' pictures, the file's trained position table beside a
   // sinusoidal table of its shape (base and layout as above).
-  std::string weights;
-  std::string preset;
-  std::vector<std::string> map;
+  std::string weights{};
+  std::string preset{};
+  std::vector<std::string> map{};
 };
 
 // Geometry shared with the tests, so they can find cells in the pictures.
