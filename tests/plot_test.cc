@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -682,6 +683,21 @@ TEST_F(PlotTrained, AGpt2FileIsDrawnBesideASinusoidalTableOfItsShape) {
     EXPECT_EQ(img.height(), kHeight);
   }
   EXPECT_FALSE(std::filesystem::exists(o.out + "/lookup.png"));  // only the trained table's pictures
+  // The table's cells are the file's values, on a scale that ends at the
+  // 99th percentile of |value| (the 126th of 128 magnitudes, counted from 1).
+  {
+    const auto table = known_table(L, D);
+    std::vector<double> mags;
+    for (float v : table) mags.push_back(std::abs(v));
+    std::sort(mags.begin(), mags.end());
+    const double vmax = mags[125];
+    const Image t(o.out + "/trained_table.png");
+    const auto r = tokpos::plot::kTableRect;
+    for (int64_t p = 0; p < L; p += 3)
+      for (int64_t d = 0; d < D; ++d)
+        EXPECT_TRUE(near(t.at(r.x + (d + 0.5) * r.w / D, r.y + (p + 0.5) * r.h / L),
+                         tokpos::plot::diverging(table[p * D + d], vmax), 3)) << p << ", " << d;
+  }
   // The left panel's cells are the file's cosines, the right panel's the sinusoidal table's.
   const Image m(o.out + "/trained_similarity_matrix.png");
   const auto table = known_table(L, D);

@@ -195,10 +195,18 @@ std::vector<PlotFile> make_trained_plots(const PlotOptions& o, std::ostream& log
     figures.push_back(render_figure(name, kWidth, kHeight, draw));
     files.push_back({name, caption});
   };
-  const double vmax = max_abs(c.trained.table);
+  // A few large values would wash out the rest: the colour scale ends at the
+  // 99th percentile of |value|, and what is larger saturates.
+  std::vector<float> mags(c.trained.table.size());
+  std::transform(c.trained.table.begin(), c.trained.table.end(), mags.begin(), [](float v) { return std::abs(v); });
+  const auto at = mags.begin() + static_cast<std::ptrdiff_t>((mags.size() - 1) * 99 / 100);
+  std::nth_element(mags.begin(), at, mags.end());
+  const double vmax = *at > 0 ? static_cast<double>(*at) : max_abs(c.trained.table);
   save("trained_table", "the trained position table of " + who + ", one row per position", [&](cairo_t* cr) {
     table_figure(cr, c.trained.table, L, D, vmax, "Trained position table: " + who,
-                 "L = " + std::to_string(L) + " positions x D = " + std::to_string(D) + ", as read from the file");
+                 "L = " + std::to_string(L) + " positions x D = " + std::to_string(D) +
+                     "; colours end at " + fmt("%.3g", vmax) + ", the 99th percentile of |value| (max " +
+                     fmt("%.3g", max_abs(c.trained.table)) + ")");
   });
   save("trained_similarity_matrix",
        "left: the trained table of " + who + ", right: a sinusoidal table of the same L and D",
