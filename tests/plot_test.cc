@@ -748,6 +748,23 @@ TEST_F(PlotTrained, ATableLargerThanPlotDrawsIsRefusedAndNothingIsWritten) {
               std::string::npos) << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(o.out));
+  // A NaN in the file is named with where it is.
+  {
+    std::vector<float> pos = known_table(4, 3), tok(5 * 3, 0.5f);
+    pos[2 * 3 + 1] = std::nanf("");
+    tokpos::write_safetensors(dir_ + "/nan.safetensors", {{"wte.weight", "F32", {5, 3}, tok.data(), 60},
+                                                          {"wpe.weight", "F32", {4, 3}, pos.data(), 48}});
+    tokpos::plot::PlotOptions n{.out = dir_ + "/out", .weights = dir_ + "/nan.safetensors", .preset = "gpt2"};
+    try {
+      std::ostringstream log;
+      tokpos::plot::make_plots(n, log);
+      ADD_FAILURE() << "no error";
+    } catch (const tokpos::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'nan.safetensors' holds nan at position 2, dimension 1"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(n.out));
+  }
   // --preset and --map without a file are refused, not ignored.
   tokpos::plot::PlotOptions p{.out = dir_ + "/out", .preset = "gpt2"};
   std::ostringstream log;
