@@ -180,19 +180,35 @@ void configure_cli(CLI::App& app, Commands& c) {
 
   auto& plot = c.plot;
   c.plot_cmd = app.add_subcommand("plot", "Draw the diagnostics as PNG and SVG pictures");
-  c.plot_cmd->add_option("--dim", plot.dim, "Width D (also draws D/2 for the wavelength bands)")
+  auto* plot_dim = c.plot_cmd->add_option("--dim", plot.dim, "Width D (also draws D/2 for the wavelength bands)")
       ->check(rule(fe::kPlotDim))->capture_default_str();
-  c.plot_cmd->add_option("--context", plot.context, "Positions L")
+  auto* plot_context = c.plot_cmd->add_option("--context", plot.context, "Positions L")
       ->check(rule(fe::kPlotContext))->capture_default_str();
   c.plot_cmd->add_option("--base", plot.base, "Sinusoidal base")
       ->check(rule(fe::kBase))->capture_default_str();
   c.plot_cmd->add_option("--layout", plot.layout, fe::join(fe::layout_names(), "|"))
       ->check(layout_rule())->capture_default_str();
   c.plot_cmd->add_option("--out", plot.out, "Output directory (created if missing)")->capture_default_str();
-  c.plot_cmd->add_option("--text", plot.text, "Text of the lookup example")->capture_default_str();
-  c.plot_cmd->add_option("--seed", plot.seed, "Seed of the learned table, in [0, 2^64)")
+  auto* plot_text = c.plot_cmd->add_option("--text", plot.text, "Text of the lookup example")->capture_default_str();
+  auto* plot_seed = c.plot_cmd->add_option("--seed", plot.seed, "Seed of the learned table, in [0, 2^64)")
       ->check(seed_rule())
       ->capture_default_str();
+  // --weights draws the file's table (its L and D) against a sinusoidal one:
+  // the flags of the fresh tables would be ignored, so they are refused.
+  auto* plot_weights = c.plot_cmd->add_option(
+      "--weights", plot.weights,
+      "FILE.safetensors: draw its trained position table beside a sinusoidal one of the same shape");
+  auto* plot_preset = c.plot_cmd->add_option("--preset", plot.preset, "gpt2|bert: how --weights names its tensors")
+      ->check(CLI::IsMember({"gpt2", "bert"}));
+  auto* plot_map = c.plot_cmd
+                       ->add_option("--map", plot.map,
+                                    "ROLE=NAME: read a role (wte, wpe, word, position, token_type, ln_weight, "
+                                    "ln_bias) of --weights from NAME")
+                       ->delimiter(',');
+  plot_weights->needs(plot_preset);
+  plot_preset->needs(plot_weights);
+  plot_map->needs(plot_weights);
+  for (CLI::Option* fresh : {plot_dim, plot_context, plot_text, plot_seed}) fresh->excludes(plot_weights);
 
   auto& serve = c.serve;
   c.serve_cmd = app.add_subcommand("serve", "Serve an interactive page and a JSON API on a local port");

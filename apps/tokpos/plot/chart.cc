@@ -1,6 +1,7 @@
 #include "chart.h"
 
 #include <cairo-svg.h>
+#include <fontconfig/fontconfig.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <span>
 
+#include "format.h"
 #include "tokpos/error.h"
 #include "progress.h"
 #include "tokpos/files.h"
@@ -21,20 +23,117 @@ Rgb diverging(double v, double vmax) {
   return {1.0 + (end.r - 1.0) * a, 1.0 + (end.g - 1.0) * a, 1.0 + (end.b - 1.0) * a};
 }
 
-void text(cairo_t* cr, double x, double y, const std::string& s, double size, Align align, bool bold, double angle,
-          Rgb color) {
-  cairo_save(cr);
-  cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL,
+bool font_installed(const char* family) {
+  FcPattern* pattern = FcPatternCreate();
+  FcPatternAddString(pattern, FC_FAMILY, reinterpret_cast<const FcChar8*>(family));
+  FcObjectSet* objects = FcObjectSetBuild(FC_FAMILY, nullptr);
+  FcFontSet* set = FcFontList(nullptr, pattern, objects);
+  const bool found = set != nullptr && set->nfont > 0;
+  if (set != nullptr) FcFontSetDestroy(set);
+  FcObjectSetDestroy(objects);
+  FcPatternDestroy(pattern);
+  return found;
+}
+
+namespace {
+
+const cairo_user_data_key_t kMissingKey{};
+
+void select_font(cairo_t* cr, int font, double size, bool bold) {
+  cairo_select_font_face(cr, kFonts[font].family, CAIRO_FONT_SLANT_NORMAL,
                          bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL);
   cairo_set_font_size(cr, size);
-  cairo_text_extents_t ext;
-  cairo_text_extents(cr, s.c_str(), &ext);
+}
+
+// The glyph of the one character ch in the current font; 0 where it has none.
+unsigned long glyph_of(cairo_t* cr, std::string_view ch) {
+  cairo_glyph_t* glyphs = nullptr;
+  int n = 0;
+  const cairo_status_t st = cairo_scaled_font_text_to_glyphs(cairo_get_scaled_font(cr), 0, 0, ch.data(),
+                                                             static_cast<int>(ch.size()), &glyphs, &n, nullptr,
+                                                             nullptr, nullptr);
+  const unsigned long index = st == CAIRO_STATUS_SUCCESS && n == 1 ? glyphs[0].index : 0;
+  cairo_glyph_free(glyphs);
+  return index;
+}
+
+}  // namespace
+
+std::vector<TextRun> text_runs(cairo_t* cr, std::string_view s, double size, bool bold) {
+  constexpr int kCount = static_cast<int>(std::size(kFonts));
+  std::vector<TextRun> runs;
+  cairo_save(cr);
+  for (const Utf8Char& c : utf8_chars(s)) {
+    // An invalid byte is drawn as U+FFFD (Cairo refuses invalid UTF-8).
+    const std::string ch = c.valid ? std::string(s.substr(c.begin, c.size)) : std::string("\xEF\xBF\xBD");
+    int font = -1;
+    unsigned long glyph = 0;
+    for (int f = 0; f < kCount && font < 0; ++f) {
+      select_font(cr, f, size, bold);
+      if ((glyph = glyph_of(cr, ch)) != 0) font = f;
+    }
+    if (runs.empty() || runs.back().font != font) runs.push_back({font, {}, {}});
+    runs.back().text += ch;
+    runs.back().glyphs.push_back(glyph);
+  }
+  cairo_restore(cr);
+  return runs;
+}
+
+void collect_missing_glyphs(cairo_t* cr, std::set<char32_t>* missing) {
+  cairo_set_user_data(cr, &kMissingKey, missing, nullptr);
+}
+
+std::string missing_glyphs_warning(const std::set<char32_t>& missing) {
+  if (missing.empty()) return {};
+  std::string chars;
+  size_t n = 0;
+  for (char32_t c : missing) {
+    if (n++ == 8) {
+      chars += " and " + std::to_string(missing.size() - 8) + " more";
+      break;
+    }
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%sU+%04X", n > 1 ? ", " : "", static_cast<unsigned>(c));
+    chars += buf;
+  }
+  std::string fonts, absent;
+  for (const FontChoice& f : kFonts) {
+    const bool installed = font_installed(f.family);
+    fonts += std::string(fonts.empty() ? "" : ", then ") + f.family + " (" + f.package +
+             (installed ? "" : ", not installed") + ")";
+    if (!installed) absent += std::string(" ") + f.package;
+  }
+  return "tokpos plot: warning: no font has a glyph for " + chars + ", drawn as empty boxes; text is drawn in " +
+         fonts + (absent.empty() ? ", and neither has them" : "; install:  apt-get install" + absent);
+}
+
+void text(cairo_t* cr, double x, double y, const std::string& s, double size, Align align, bool bold, double angle,
+          Rgb color) {
+  const std::vector<TextRun> runs = text_runs(cr, s, size, bold);
+  if (auto* missing = static_cast<std::set<char32_t>*>(cairo_get_user_data(cr, &kMissingKey)); missing != nullptr) {
+    for (const TextRun& r : runs) {
+      if (r.font >= 0) continue;
+      for (const Utf8Char& c : utf8_chars(r.text)) missing->insert(c.code);
+    }
+  }
+  cairo_save(cr);
+  double advance = 0;
+  for (const TextRun& r : runs) {
+    select_font(cr, std::max(r.font, 0), size, bold);
+    cairo_text_extents_t ext;
+    cairo_text_extents(cr, r.text.c_str(), &ext);
+    advance += ext.x_advance;
+  }
   cairo_translate(cr, x, y);
   cairo_rotate(cr, angle);
-  const double dx = align == Align::kLeft ? 0 : align == Align::kCenter ? -ext.x_advance / 2 : -ext.x_advance;
+  const double dx = align == Align::kLeft ? 0 : align == Align::kCenter ? -advance / 2 : -advance;
   cairo_move_to(cr, dx, size * 0.35);  // y is the text's vertical middle
   cairo_set_source_rgb(cr, color.r, color.g, color.b);
-  cairo_show_text(cr, s.c_str());
+  for (const TextRun& r : runs) {  // each run continues where the last one ended
+    select_font(cr, std::max(r.font, 0), size, bold);
+    cairo_show_text(cr, r.text.c_str());
+  }
   cairo_restore(cr);
 }
 
@@ -188,8 +287,10 @@ void check(cairo_status_t s, const std::string& what) {
 }  // namespace
 
 Figure render_figure(const std::string& name, int w, int h, const std::function<void(cairo_t*)>& draw) {
+  Figure f{name, {}, {}, {}};
   auto paint = [&](cairo_surface_t* surface) {
     cairo_t* cr = cairo_create(surface);
+    collect_missing_glyphs(cr, &f.missing_glyphs);
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
     draw(cr);
@@ -197,7 +298,6 @@ Figure render_figure(const std::string& name, int w, int h, const std::function<
     cairo_destroy(cr);
     check(s, "drawing " + name);
   };
-  Figure f{name, {}, {}};
   cairo_surface_t* image = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, w, h);
   try {
     paint(image);

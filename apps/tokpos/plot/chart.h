@@ -6,7 +6,9 @@
 #include <cairo.h>
 
 #include <functional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tokpos::plot {
@@ -21,6 +23,37 @@ struct Rgb {
 // Diverging map for signed data: blue (-1) -> white (0) -> red (+1), linear in each half.
 Rgb diverging(double v, double vmax);
 inline constexpr Rgb kBlue{0.13, 0.40, 0.67}, kRed{0.70, 0.09, 0.17}, kGrey{0.45, 0.45, 0.45};
+
+// The fonts text is drawn in, in order of preference: each character takes
+// the first one with a glyph for it. DejaVu Sans draws Latin text (and
+// U+FFFD), Noto Sans CJK SC (Debian's fonts-noto-cjk) Chinese.
+struct FontChoice {
+  const char* family;
+  const char* package;  // the Debian package that installs it
+};
+inline constexpr FontChoice kFonts[2] = {{"DejaVu Sans", "fonts-dejavu-core"}, {"Noto Sans CJK SC", "fonts-noto-cjk"}};
+
+// Whether fontconfig knows a font of this family.
+bool font_installed(const char* family);
+
+// s cut into runs of characters drawn in one font: font is an index into
+// kFonts, or -1 for characters no font has a glyph for (they would show as
+// empty boxes). glyphs holds each run's glyph indices, in order.
+struct TextRun {
+  int font = 0;
+  std::string text;
+  std::vector<unsigned long> glyphs;
+};
+std::vector<TextRun> text_runs(cairo_t* cr, std::string_view s, double size, bool bold);
+
+// The characters text() was asked to draw but no font of kFonts has a
+// glyph for: text() adds them to the set attached to cr (render_figure
+// attaches one per figure).
+void collect_missing_glyphs(cairo_t* cr, std::set<char32_t>* missing);
+
+// A warning naming the missing characters and the fonts and packages that
+// draw them; empty when none is missing.
+std::string missing_glyphs_warning(const std::set<char32_t>& missing);
 
 enum class Align { kLeft, kCenter, kRight };
 void text(cairo_t* cr, double x, double y, const std::string& s, double size, Align align = Align::kLeft,
@@ -52,6 +85,7 @@ std::string tick_label(double v);
 struct Figure {
   std::string name;
   std::vector<unsigned char> png, svg;
+  std::set<char32_t> missing_glyphs;  // characters drawn that no font has (empty boxes)
 };
 
 // Renders draw(cr) into a w x h PNG and SVG in memory; writes nothing.

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "format.h"
 #include "frontend/params.h"
@@ -102,9 +103,184 @@ void series_figure(cairo_t* cr, const std::vector<Series>& series, double x0, do
   }
 }
 
+// Two curves of cosine similarity by offset k = 0 .. K, in red and blue, with a legend.
+void offset_figure(cairo_t* cr, int64_t K, const std::vector<double>& red, const std::string& red_label,
+                   const std::vector<double>& blue, const std::string& blue_label, const std::string& sub) {
+  title(cr, "Cosine similarity of P[p] and P[p+k], mean over p", sub);
+  double lo = 0;
+  for (double v : red) lo = std::min(lo, v);
+  for (double v : blue) lo = std::min(lo, v);
+  Axes a{{100, 80, 800, 470}, 0, static_cast<double>(K), std::floor(lo * 5) / 5, 1.0};
+  draw_axes(cr, a, "offset k", "cosine similarity", nice_ticks(0, static_cast<double>(K), 8), nice_ticks(a.y0, 1.0, 6));
+  auto line = [&](const std::vector<double>& ys, Rgb c) {
+    cairo_set_source_rgb(cr, c.r, c.g, c.b);
+    cairo_set_line_width(cr, 2.5);
+    for (size_t k = 0; k < ys.size(); ++k) {
+      if (k == 0) cairo_move_to(cr, a.px(0), a.py(ys[0]));
+      else cairo_line_to(cr, a.px(static_cast<double>(k)), a.py(ys[k]));
+    }
+    cairo_stroke(cr);
+  };
+  line(red, kRed);
+  line(blue, kBlue);
+  for (int i = 0; i < 2; ++i) {  // legend
+    const Rgb c = i == 0 ? kRed : kBlue;
+    const double y = a.area.y + 24 + 24 * i, x = a.area.x + a.area.w - 230;
+    cairo_set_source_rgb(cr, c.r, c.g, c.b);
+    cairo_rectangle(cr, x, y - 2, 28, 4);
+    cairo_fill(cr);
+    text(cr, x + 36, y, i == 0 ? red_label : blue_label, 13);
+  }
+}
+
+// Two L x L similarity matrices side by side (kMatrixRect), one colour bar.
+void matrix_figure(cairo_t* cr, int64_t L, const std::vector<float>& left, const std::string& left_name,
+                   const std::vector<float>& right, const std::string& right_name) {
+  title(cr, "Cosine similarity between every pair of positions", "cos(P[p], P[q]) for p, q < " + std::to_string(L));
+  const std::string* names[2] = {&left_name, &right_name};
+  const std::vector<float>* data[2] = {&left, &right};
+  for (int i = 0; i < 2; ++i) {
+    const Rect r = kMatrixRect[i];
+    text(cr, r.x + r.w / 2, r.y - 16, *names[i], 15, Align::kCenter, true);
+    heatmap(cr, r, *data[i], static_cast<int>(L), static_cast<int>(L), 1.0);
+    heatmap_axes(cr, r, static_cast<int>(L), static_cast<int>(L), "position q", "position p");
+  }
+  colorbar(cr, {876, kMatrixRect[0].y, 18, kMatrixRect[0].h}, 1.0, "cosine");
+}
+
+// cos(P[p], P[q]) for every pair, row-major L x L.
+std::vector<float> similarity_matrix(const std::vector<float>& t, int64_t L, int64_t D) {
+  std::vector<float> m(static_cast<size_t>(L * L));
+  for (int64_t p = 0; p < L; ++p)
+    for (int64_t q = 0; q < L; ++q)
+      m[p * L + q] = static_cast<float>(cosine(std::span(t).subspan(p * D, D), std::span(t).subspan(q * D, D)));
+  return m;
+}
+
+// Refuses a file where the directory should be, up front.
+void check_out(const std::string& out) {
+  if (struct stat st {}; ::stat(out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    throw Error(Status::kInvalidArgument, "tokpos plot: --out '" + out + "' is a file, not a directory");
+  }
+}
+
+// Makes the directory, writes every figure, warns about characters drawn as boxes, lists the files.
+void finish(const PlotOptions& o, Progress& progress, const std::vector<Figure>& figures,
+            const std::vector<PlotFile>& files, std::ostream& log, std::ostream& warn) {
+  progress.step("writing files");
+  ensure_directory(o.out);
+  write_figures(o.out, figures);
+  progress.done();
+  std::set<char32_t> missing;
+  for (const Figure& f : figures) missing.insert(f.missing_glyphs.begin(), f.missing_glyphs.end());
+  if (!missing.empty()) warn << missing_glyphs_warning(missing) << "\n";
+  for (const auto& f : files) {
+    log << "wrote " << o.out << "/" << f.name << ".png and .svg (" << kWidth << "x" << kHeight << "): " << f.caption
+        << "\n";
+  }
+}
+
+std::vector<PlotFile> make_trained_plots(const PlotOptions& o, std::ostream& log, std::ostream& warn) {
+  check_out(o.out);
+  Progress progress("plot", 5);
+  progress.step("reading " + o.weights);
+  const TrainedComparison c = compare_trained(o);
+  const int64_t L = c.trained.max_context, D = c.trained.dim;
+  const std::string who = c.trained.file_name + " (" + c.trained.preset + ")";
+  const std::string sinus_name = "sinusoidal (" + o.layout + ")";
+  std::vector<PlotFile> files;
+  std::vector<Figure> figures;
+  auto save = [&](const std::string& name, const std::string& caption, const std::function<void(cairo_t*)>& draw) {
+    progress.step(name);
+    figures.push_back(render_figure(name, kWidth, kHeight, draw));
+    files.push_back({name, caption});
+  };
+  // A few large values would wash out the rest: the colour scale ends at the
+  // 99th percentile of |value|, and what is larger saturates.
+  std::vector<float> mags(c.trained.table.size());
+  std::transform(c.trained.table.begin(), c.trained.table.end(), mags.begin(), [](float v) { return std::abs(v); });
+  const auto at = mags.begin() + static_cast<std::ptrdiff_t>((mags.size() - 1) * 99 / 100);
+  std::nth_element(mags.begin(), at, mags.end());
+  const double vmax = *at > 0 ? static_cast<double>(*at) : max_abs(c.trained.table);
+  save("trained_table", "the trained position table of " + who + ", one row per position", [&](cairo_t* cr) {
+    table_figure(cr, c.trained.table, L, D, vmax, "Trained position table: " + who,
+                 "L = " + std::to_string(L) + " positions x D = " + std::to_string(D) +
+                     "; colours end at " + fmt("%.3g", vmax) + ", the 99th percentile of |value| (max " +
+                     fmt("%.3g", max_abs(c.trained.table)) + ")");
+  });
+  save("trained_similarity_matrix",
+       "left: the trained table of " + who + ", right: a sinusoidal table of the same L and D",
+       [&](cairo_t* cr) { matrix_figure(cr, L, c.matrix_trained, "trained: " + c.trained.file_name,
+                                        c.matrix_sinusoidal, sinus_name); });
+  save("trained_similarity_by_offset",
+       "mean adjacent cosine " + fmt("%.4f", c.by_offset_trained.size() > 1 ? c.by_offset_trained[1] : 1.0) +
+           " (trained) against " +
+           fmt("%.4f", c.by_offset_sinusoidal.size() > 1 ? c.by_offset_sinusoidal[1] : 1.0) + " (sinusoidal)",
+       [&](cairo_t* cr) {
+         offset_figure(cr, L - 1, c.by_offset_sinusoidal, sinus_name, c.by_offset_trained,
+                       "trained: " + c.trained.file_name,
+                       "the trained table of " + who + " beside a sinusoidal table of the same shape");
+       });
+  finish(o, progress, figures, files, log, warn);
+  return files;
+}
+
 }  // namespace
 
-std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
+std::vector<ByteGroup> byte_groups(std::string_view text, int64_t shown) {
+  std::vector<ByteGroup> out;
+  const auto n = static_cast<size_t>(std::clamp<int64_t>(shown, 0, static_cast<int64_t>(text.size())));
+  for (const Utf8Char& c : utf8_chars(text)) {
+    if (c.begin >= n) break;
+    ByteGroup g;
+    g.first = static_cast<int64_t>(c.begin);
+    g.count = static_cast<int64_t>(std::min(c.size, n - c.begin));
+    g.cut = c.begin + c.size > n;
+    const bool control = c.code < 0x20 || (c.code >= 0x7F && c.code < 0xA0);
+    if (!c.valid) g.label = "\xEF\xBF\xBD";  // U+FFFD: this byte is no character
+    else if (!control) g.label = std::string(text.substr(c.begin, c.size));
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+TrainedComparison compare_trained(const PlotOptions& o) {
+  const auto layout = frontend::parse_layout_param(o.layout);
+  TrainedComparison c;
+  c.trained = frontend::load_trained_positions(o.weights, o.preset, frontend::parse_name_map("tokpos plot", o.preset, o.map));
+  const int64_t L = c.trained.max_context, D = c.trained.dim;
+  if (L < frontend::kPlotContext.min || L > frontend::kPlotContext.max || D < frontend::kPlotDim.min ||
+      D > frontend::kPlotDim.max) {
+    throw Error(Status::kInvalidArgument,
+                "tokpos plot: the position table of '" + c.trained.file_name + "' is " + std::to_string(L) + " x " +
+                    std::to_string(D) + "; tokpos plot draws tables of " + std::to_string(frontend::kPlotContext.min) +
+                    " to " + std::to_string(frontend::kPlotContext.max) + " positions and " +
+                    std::to_string(frontend::kPlotDim.min) + " to " + std::to_string(frontend::kPlotDim.max) +
+                    " dimensions");
+  }
+  // The pictures need numbers: a NaN or infinity (a damaged file) is named, not drawn as noise.
+  for (size_t i = 0; i < c.trained.table.size(); ++i) {
+    if (!std::isfinite(c.trained.table[i])) {
+      throw Error(Status::kInvalidArgument,
+                  "tokpos plot: the position table of '" + c.trained.file_name + "' holds " +
+                      fmt("%g", c.trained.table[i]) + " at position " + std::to_string(static_cast<int64_t>(i) / D) +
+                      ", dimension " + std::to_string(static_cast<int64_t>(i) % D) +
+                      "; tokpos plot draws finite values only");
+    }
+  }
+  c.sinusoidal = position_table(L, D, 0, TableOptions{.layout = layout, .base = o.base});
+  c.by_offset_trained = cosine_by_offset(c.trained.table, L, D, L - 1);
+  c.by_offset_sinusoidal = cosine_by_offset(c.sinusoidal, L, D, L - 1);
+  c.matrix_trained = similarity_matrix(c.trained.table, L, D);
+  c.matrix_sinusoidal = similarity_matrix(c.sinusoidal, L, D);
+  return c;
+}
+
+std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log, std::ostream& warn) {
+  if (!o.weights.empty()) return make_trained_plots(o, log, warn);
+  if (!o.preset.empty() || !o.map.empty()) {
+    throw Error(Status::kInvalidArgument, "tokpos plot: --preset and --map read a --weights file, and none is given");
+  }
   // The rules the command line checks the flags by, for callers that pass options directly.
   const auto layout = frontend::parse_layout_param(o.layout);
   (void)frontend::parse(frontend::kPlotDim, std::to_string(o.dim));
@@ -113,9 +289,7 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
   // A file where the directory should be is refused here, up front; the directory itself
   // is made at the end, with the pictures, so a failed or interrupted run
   // leaves nothing behind.
-  if (struct stat st {}; ::stat(o.out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
-    throw Error(Status::kInvalidArgument, "tokpos plot: --out '" + o.out + "' is a file, not a directory");
-  }
+  check_out(o.out);
   // Every picture is drawn in memory first and written only when all are
   // ready: until then the previous pictures stay as they were.
   Progress progress("plot", 12);
@@ -151,57 +325,14 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
   const auto sim_s = cosine_by_offset(sinus, L, D, K), sim_l = cosine_by_offset(learned_t, L, D, K);
   save("similarity_by_offset", "sinusoidal rows stay similar to near neighbours and decay smoothly; learned rows start unrelated",
        [&](cairo_t* cr) {
-         title(cr, "Cosine similarity of P[p] and P[p+k], mean over p",
-               "how much a position's vector still resembles the one k steps later");
-         double lo = 0;
-         for (double v : sim_s) lo = std::min(lo, v);
-         for (double v : sim_l) lo = std::min(lo, v);
-         Axes a{{100, 80, 800, 470}, 0, static_cast<double>(K), std::floor(lo * 5) / 5, 1.0};
-         draw_axes(cr, a, "offset k", "cosine similarity", nice_ticks(0, static_cast<double>(K), 8),
-                   nice_ticks(a.y0, 1.0, 6));
-         auto line = [&](const std::vector<double>& ys, Rgb c) {
-           cairo_set_source_rgb(cr, c.r, c.g, c.b);
-           cairo_set_line_width(cr, 2.5);
-           for (size_t k = 0; k < ys.size(); ++k) {
-             if (k == 0) cairo_move_to(cr, a.px(0), a.py(ys[0]));
-             else cairo_line_to(cr, a.px(static_cast<double>(k)), a.py(ys[k]));
-           }
-           cairo_stroke(cr);
-         };
-         line(sim_s, kRed);
-         line(sim_l, kBlue);
-         for (int i = 0; i < 2; ++i) {  // legend
-           const Rgb c = i == 0 ? kRed : kBlue;
-           const double y = a.area.y + 24 + 24 * i, x = a.area.x + a.area.w - 230;
-           cairo_set_source_rgb(cr, c.r, c.g, c.b);
-           cairo_rectangle(cr, x, y - 2, 28, 4);
-           cairo_fill(cr);
-           text(cr, x + 36, y, i == 0 ? "sinusoidal (" + o.layout + ")" : "learned, at init", 13);
-         }
+         offset_figure(cr, K, sim_s, "sinusoidal (" + o.layout + ")", sim_l, "learned, at init",
+                       "how much a position's vector still resembles the one k steps later");
        });
 
-  auto matrix = [&](const std::vector<float>& t) {
-    std::vector<float> m(static_cast<size_t>(L * L));
-    for (int64_t p = 0; p < L; ++p)
-      for (int64_t q = 0; q < L; ++q)
-        m[p * L + q] = static_cast<float>(cosine(std::span(t).subspan(p * D, D), std::span(t).subspan(q * D, D)));
-    return m;
-  };
   progress.step("similarity matrices");
-  const auto ms = matrix(sinus), ml = matrix(learned_t);
+  const auto ms = similarity_matrix(sinus, L, D), ml = similarity_matrix(learned_t, L, D);
   save("similarity_matrix", "the sinusoidal matrix has bands along the diagonal (similarity depends on p - q); the learned one only its diagonal",
-       [&](cairo_t* cr) {
-         title(cr, "Cosine similarity between every pair of positions", "cos(P[p], P[q]) for p, q < " + std::to_string(L));
-         const char* names[2] = {"sinusoidal", "learned, at init"};
-         const std::vector<float>* data[2] = {&ms, &ml};
-         for (int i = 0; i < 2; ++i) {
-           const Rect r = kMatrixRect[i];
-           text(cr, r.x + r.w / 2, r.y - 16, names[i], 15, Align::kCenter, true);
-           heatmap(cr, r, *data[i], static_cast<int>(L), static_cast<int>(L), 1.0);
-           heatmap_axes(cr, r, static_cast<int>(L), static_cast<int>(L), "position q", "position p");
-         }
-         colorbar(cr, {876, kMatrixRect[0].y, 18, kMatrixRect[0].h}, 1.0, "cosine");
-       });
+       [&](cairo_t* cr) { matrix_figure(cr, L, ms, "sinusoidal", ml, "learned, at init"); });
 
   const int64_t D2 = std::max<int64_t>(2, D / 2);
   save("wavelength_bands", "halving D keeps the range of wavelengths but takes bigger steps between neighbouring pairs",
@@ -262,12 +393,24 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
          title(cr, "The lookup, step by step: \"" + utf8_label(example, static_cast<size_t>(T)) + "\"",
                "first " + std::to_string(show) + " of D = " + std::to_string(D) + " columns; each panel has its own colour scale");
          const double y0 = 110, h = 420, rowh = h / static_cast<double>(T);
-         for (int64_t t = 0; t < T; ++t) {  // the tokens and their ids
-           const auto byte = static_cast<char>(ids[t] - ByteTokenizer::kByteOffset);
-           char hex[8];
-           std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(ids[t] - ByteTokenizer::kByteOffset));
-           const std::string shown = (byte >= 32 && byte < 127) ? std::string("'") + byte + "'" : std::string(hex);
-           text(cr, 30, y0 + rowh * (static_cast<double>(t) + 0.5), shown + "  ->  id " + std::to_string(ids[t]), 14);
+         for (int64_t t = 0; t < T; ++t) {  // each byte, as hex, and its id
+           const auto byte = static_cast<unsigned char>(ids[t] - ByteTokenizer::kByteOffset);
+           text(cr, 58, y0 + rowh * (static_cast<double>(t) + 0.5), byte_label(byte) + "  ->  id " + std::to_string(ids[t]), 14);
+         }
+         // Each character once, beside its bytes, tied to them by a bracket
+         // when it has several; an invalid byte keeps its row alone.
+         for (const ByteGroup& g : byte_groups(example, T)) {
+           const double top = y0 + rowh * static_cast<double>(g.first), bottom = top + rowh * static_cast<double>(g.count);
+           if (!g.label.empty()) text(cr, 24, (top + bottom) / 2, g.label, 18, Align::kCenter);
+           if (g.count > 1) {
+             cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
+             cairo_set_line_width(cr, 1.5);
+             cairo_move_to(cr, 52, top + 6);
+             cairo_line_to(cr, 46, top + 6);
+             cairo_line_to(cr, 46, bottom - 6);
+             cairo_line_to(cr, 52, bottom - 6);
+             cairo_stroke(cr);
+           }
          }
          const char* names[3] = {"token rows  table[id]", "position rows  P[t]", "sum  (input to attention)"};
          const std::vector<float>* panels[3] = {&tok_rows, &pos_rows, &sum_rows};
@@ -347,14 +490,7 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log) {
          series_figure(cr, alibi_series, 0, 33, 1e-3, 1, nice_ticks(1, 32, 8), "head h", "slope");
        });
 
-  progress.step("writing files");
-  ensure_directory(o.out);
-  write_figures(o.out, figures);
-  progress.done();
-  for (const auto& f : files) {
-    log << "wrote " << o.out << "/" << f.name << ".png and .svg (" << kWidth << "x" << kHeight << "): " << f.caption
-        << "\n";
-  }
+  finish(o, progress, figures, files, log, warn);
   return files;
 }
 

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <iostream>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "chart.h"
+#include "frontend/trained.h"
 
 namespace tokpos::plot {
 
@@ -18,6 +20,12 @@ struct PlotOptions {
   std::string out = "out";          // directory, created if missing
   std::string text = "Hello";       // lookup.png's worked example
   uint64_t seed = 0;                // the learned table's initialisation
+  // --weights FILE --preset gpt2|bert [--map ROLE=NAME ...]: instead of the
+  // fresh tables' pictures, the file's trained position table beside a
+  // sinusoidal table of its shape (base and layout as above).
+  std::string weights{};
+  std::string preset{};
+  std::vector<std::string> map{};
 };
 
 // Geometry shared with the tests, so they can find cells in the pictures.
@@ -32,13 +40,46 @@ inline constexpr Rgb kSeriesColors[5] = {
     {0.10, 0.10, 0.10}, {0.12, 0.47, 0.71}, {0.17, 0.63, 0.17}, {0.84, 0.15, 0.16}, {0.58, 0.40, 0.74}};
 inline constexpr int64_t kAlibiHeads[4] = {8, 12, 16, 32};
 
+// The lookup figure's rows are bytes; the bytes of one UTF-8 character are
+// grouped under it: rows [first, first + count) carry the character `label`
+// (drawn once, tied to its rows by a bracket when count > 1). An invalid
+// byte is a group of its own labelled U+FFFD; a control character is a
+// group with an empty label. A character cut by the number of rows shown keeps the rows
+// that are shown (cut is true then).
+struct ByteGroup {
+  int64_t first = 0;
+  int64_t count = 1;
+  std::string label;
+  bool cut = false;
+};
+std::vector<ByteGroup> byte_groups(std::string_view text, int64_t shown);
+
+// The numbers the --weights pictures draw: the file's table and a
+// sinusoidal table of the same L and D, their cosine similarity by offset
+// k = 0 .. L-1 (mean over p of cos(P[p], P[p+k])) and their L x L
+// similarity matrices cos(P[p], P[q]), row-major.
+struct TrainedComparison {
+  frontend::TrainedPositions trained;
+  std::vector<float> sinusoidal;
+  std::vector<double> by_offset_trained, by_offset_sinusoidal;
+  std::vector<float> matrix_trained, matrix_sinusoidal;
+};
+// Reads options.weights by options.preset and options.map and computes the
+// comparison. Throws tokpos::Error for a bad file, preset or map, or a table
+// larger than tokpos plot draws (L <= 2048, D <= 4096).
+TrainedComparison compare_trained(const PlotOptions& options);
+
 struct PlotFile {
   std::string name;      // e.g. "position_table"
   std::string caption;   // one line on what to see
 };
 
-// Writes every picture (PNG and SVG) into options.out and lists them, in order.
-// Throws tokpos::Error for a bad --out or a failed write, naming the path.
-std::vector<PlotFile> make_plots(const PlotOptions& options, std::ostream& log);
+// Writes every picture (PNG and SVG) into options.out and lists them, in
+// order: the fresh tables' eight, or with options.weights the three of the
+// trained table (trained_table, trained_similarity_matrix,
+// trained_similarity_by_offset). Throws tokpos::Error for a bad --out or a
+// failed write, naming the path. Characters no installed font can draw are
+// named on `warn` (missing_glyphs_warning).
+std::vector<PlotFile> make_plots(const PlotOptions& options, std::ostream& log, std::ostream& warn = std::cerr);
 
 }  // namespace tokpos::plot
