@@ -307,6 +307,7 @@
     }
     return groups;
   }
+  probe.utf8Groups = utf8Groups;
   const SUPERSCRIPT = { "-": "\u207b", 0: "\u2070", 1: "\u00b9", 2: "\u00b2", 3: "\u00b3", 4: "\u2074",
                         5: "\u2075", 6: "\u2076", 7: "\u2077", 8: "\u2078", 9: "\u2079" };
   // 1, 10, 10², 10³, ...
@@ -1009,7 +1010,7 @@
       const sw = document.createElement("span");
       sw.className = "swatch";
       sw.style.background = decadeColour(Math.round(Math.log10(b.lower)));
-      li.append(sw, `[${decadeLabel(b.lower)}, ${decadeLabel(b.upper)}): ${t(b.pairs === 1 ? "bands.pair" : "bands.pairs", { n: b.pairs })}`);
+      li.append(sw, `[${decadeLabel(b.lower)}, ${decadeLabel(b.upper)}): ${b.pairs === 1 ? t("bands.pair", { n: 1 }) : t("bands.pairs", { n: b.pairs })}`);
       frag.append(li);
     }
     ul.replaceChildren(frag);
