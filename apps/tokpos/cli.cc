@@ -220,6 +220,16 @@ void configure_cli(CLI::App& app, Commands& c) {
   c.serve_cmd->add_option("--threads", serve.threads, "Requests served at once (worker threads)")
       ->check(rule(fe::kThreads))
       ->capture_default_str();
+  auto* serve_weights = c.serve_cmd->add_option(
+      "--weights", serve.weights, "FILE.safetensors: its position table becomes the page's \"trained\" choice");
+  auto* serve_preset = c.serve_cmd->add_option("--preset", serve.preset, "gpt2|bert: the layout of --weights")
+                           ->check(CLI::IsMember({"gpt2", "bert"}));
+  c.serve_cmd
+      ->add_option("--map", serve.map,
+                   "ROLE=NAME: read a role (wpe, position, ...) of --weights from NAME")
+      ->needs(serve_weights);
+  serve_weights->needs(serve_preset);
+  serve_preset->needs(serve_weights);
 
   c.lab_cmd = app.add_subcommand("lab", "Write a lesson's kit: the C lab to do, or the PyTorch lesson to read and run");
   c.lab_cmd->require_subcommand(1);

@@ -10,7 +10,14 @@ build/bin/tokpos), opens the page and checks that
     its row, column and value,
   - every control has a label,
   - a bad request shows the server's own message in the error area,
-  - the browser console holds no errors (SEVERE entries).
+  - the browser console holds no errors (SEVERE entries),
+  - the bytes of a Chinese character sit under it (你 above 0xe4 0xbd 0xa0),
+    invalid UTF-8 stays one chip per byte, repeated ids light up together,
+    the sum's tooltip reads token + position = sum, the notes follow the
+    positions shown and the shared colour scale says why token rows look faint,
+  - the 中文 switch leaves no English sentence of the catalogue visible, shows
+    the same numbers, is remembered, and ?lang= wins (screenshot serve-zh.png),
+  - serve --weights adds the trained choice, with its own notes.
 It prints the page's update times (input event to the end of drawing) for
 D <= 512 and T <= 256 without judging them, saves screenshots under
 build/browser/ (or --out) and stops the server with SIGTERM, also on failure.
@@ -243,6 +250,7 @@ def run(url, out):
         times = measure_updates(driver)
         full_page_screenshot(driver, out, "page-full.png")
         edge_cases(driver)
+        learners(driver, url, out)
 
         # A bad request: the error area shows the server's own message.
         long_text = "a" * 5000
@@ -320,6 +328,177 @@ def edge_cases(driver):
     check(driver.find_element(By.ID, "matrix").is_displayed(), "L = 128 draws the matrix again")
 
 
+def visible_text(driver):
+    return driver.execute_script("return document.body.innerText")
+
+
+def numbers_in(texts):
+    import re
+
+    return [re.findall(r"\d+(?:[.,]\d+)*(?:e[-+]?\d+)?", t) for t in texts]
+
+
+def english_left(driver):
+    """The English catalogue's sentences (the parts between placeholders) still visible."""
+    import re
+
+    messages = driver.execute_script("return window.tokpos.messages")
+    shown = visible_text(driver) + "\n" + driver.find_element(By.ID, "tooltip").get_attribute("textContent")
+    left = []
+    for key, text in messages["en"].items():
+        if text == messages["zh"][key]:
+            continue
+        for part in re.split(r"\{\w+\}", text):
+            words = re.findall(r"[A-Za-z]{2,}", part)
+            if len(words) >= 2 and part.strip() in shown:
+                left.append((key, part.strip()))
+    return left
+
+
+def learners(driver, url, out):
+    """UTF-8 groups, repeated ids, the sum's tooltip, the notes, the colour scale, and the 中文 switch."""
+    def apply(element, value):
+        before = renders(driver)
+        if element == "positions":
+            choose_positions(driver, value)
+        elif element == "scale":
+            driver.find_element(By.CSS_SELECTOR, f"input[name=scale][value={value}]").click()
+            return
+        else:
+            set_value(driver, element, value)
+        settle(driver, before)
+
+    apply("text", "你好你")
+    chars = text_of(driver, "#chips .char-group .group-char")
+    first = text_of(driver, "#chips .char-group:first-child .chip .chip-char")
+    check(chars == ["你", "好", "你"] and first == ["0xe4", "0xbd", "0xa0"],
+          f"each Chinese character stands above its three byte chips ({chars}, {first})")
+    check(len(driver.find_elements(By.CSS_SELECTOR, "#chips .chip")) == 9, "the nine bytes are nine chips")
+    groups = driver.execute_script(
+        "return [[0xe4, 0xbd], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0x48, 0xe4, 0xbd, 0xa0]]"
+        ".map(b => window.tokpos.utf8Groups(b).map(g => g.char === null ? g.count : g.char))")
+    check(groups == [[1, 1], [1, 1], [1, 1, 1], [1, "你"]],
+          f"invalid UTF-8 (cut short, overlong, a surrogate) stays one chip per byte ({groups})")
+
+    # 0xbd is in 你 (e4 bd a0) and in 好 (e5 a5 bd): pointing at one lights up all three.
+    ActionChains(driver).move_to_element(driver.find_elements(By.CSS_SELECTOR, "#chips .chip")[1]).perform()
+    hot = [int(e.get_attribute("data-t")) for e in driver.find_elements(By.CSS_SELECTOR, "#chips .chip.hot")]
+    check(hot == [1, 5, 7], f"pointing at the byte 0xbd lights up every token with its id (t = {hot})")
+    ActionChains(driver).move_to_element(driver.find_element(By.TAG_NAME, "h1")).perform()
+
+    canvas = driver.find_element(By.ID, "heat-sum")
+    ActionChains(driver).move_to_element_with_offset(canvas, 5, 5).perform()
+    tip = driver.find_element(By.ID, "tooltip").text
+    import re
+
+    m = re.search(r"token (\S+) \+ position (\S+) = sum (\S+)", tip)
+    check(m is not None and abs(float(m[1]) + float(m[2]) - float(m[3])) < 1e-3,
+          f"the sum's tooltip shows token value + position value = sum ({tip!r})")
+    ActionChains(driver).move_to_element(driver.find_element(By.TAG_NAME, "h1")).perform()
+
+    note = driver.find_element(By.ID, "matrix-note").text
+    check("bright diagonal bands" in note, f"the sinusoidal matrix note names its bands ({note!r})")
+    apply("positions", "learned")
+    note = driver.find_element(By.ID, "matrix-note").text
+    check("bands" not in note and "random" in note, f"the learned note does not promise bands ({note!r})")
+    apply("positions", "sinusoidal")
+
+    apply("scale", "shared")
+    legends = [text_of(driver, f"#legend-{n} span") for n in ("token", "position", "sum")]
+    scale_note = driver.find_element(By.ID, "scale-note").text
+    check(legends[0] == legends[1] == legends[2] and "look faint" in scale_note,
+          f"one shared scale: three equal legends and a sentence on the faint token rows ({scale_note!r})")
+
+    ids = ["shape", "params-token", "params-position", "adjacent", "pairs-d", "bands-d-list", "scale-note",
+           "lookup-dims", "dim-value", "context-value"]
+    english = [driver.find_element(By.ID, i).text for i in ids]
+    driver.find_element(By.ID, "lang-zh").click()
+    time.sleep(0.2)
+    check(driver.execute_script("return document.documentElement.lang") == "zh-CN", "中文 switches the page to Chinese")
+    ActionChains(driver).move_to_element_with_offset(driver.find_element(By.ID, "heat-sum"), 5, 5).perform()
+    tip = driver.find_element(By.ID, "tooltip").text
+    check("和" in tip and "位置" in tip, f"the tooltip speaks Chinese too ({tip!r})")
+    left = english_left(driver)
+    check(left == [], f"no English sentence of the catalogue is left visible in Chinese ({left})")
+    chinese = [driver.find_element(By.ID, i).text for i in ids]
+    check(numbers_in(chinese) == numbers_in(english) and chinese != english,
+          f"the Chinese page shows the same numbers as the English one ({chinese})")
+    screenshot(driver, out, "serve-zh.png")
+    ActionChains(driver).move_to_element(driver.find_element(By.TAG_NAME, "h1")).perform()
+
+    # Remembered across loads; an explicit ?lang= wins.
+    driver.get(url)
+    settle(driver, 0)
+    check(driver.find_element(By.ID, "ids-title").text == "Token id", "the choice of Chinese is remembered on reload")
+    driver.get(url + "?lang=en")
+    settle(driver, 0)
+    check(driver.find_element(By.ID, "ids-title").text == "Token ids", "?lang=en wins over the remembered choice")
+    driver.get(url + "?lang=zh")
+    settle(driver, 0)
+    check(driver.find_element(By.ID, "lang-zh").get_attribute("aria-pressed") == "true", "/?lang=zh opens in Chinese")
+    driver.find_element(By.ID, "lang-en").click()
+    check(driver.find_element(By.ID, "ids-title").text == "Token ids" and "lang=en" in driver.current_url,
+          "English again, and the address follows the switch")
+    check(not driver.find_element(By.ID, "trained-choice").is_displayed(), "no trained choice without --weights")
+
+
+def write_checkpoint(path, L=64, D=32, V=8):
+    """A GPT-2 style .safetensors file (wte, wpe), f32: a smooth, rippled position table."""
+    import math
+    import struct
+
+    wte = [0.001 * (i % 97) for i in range(V * D)]
+    wpe = [math.cos(p / (d + 2)) + 0.01 * ((7 * p + d) % 5) for p in range(L) for d in range(D)]
+    a, b = 4 * len(wte), 4 * len(wpe)
+    header = json.dumps({"wte.weight": {"dtype": "F32", "shape": [V, D], "data_offsets": [0, a]},
+                         "wpe.weight": {"dtype": "F32", "shape": [L, D], "data_offsets": [a, a + b]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.write(struct.pack(f"<{len(wte)}f", *wte) + struct.pack(f"<{len(wpe)}f", *wpe))
+
+
+def trained_page(cli, out):
+    """serve --weights: the trained choice, its shape, its notes, in both languages."""
+    path = os.path.join(out, "trained-test.safetensors")
+    write_checkpoint(path)
+    server = ServeProcess(cli, args=("serve", "--port", "0", "--weights", path, "--preset", "gpt2"))
+    try:
+        url = server.start()
+        driver = start_chromium()
+        try:
+            driver.get(url + "?lang=en")
+            settle(driver, 0)
+            label = driver.find_element(By.ID, "trained-label").text
+            check(label == "trained (trained-test.safetensors)", f"--weights adds the choice {label!r}")
+            before = renders(driver)
+            choose_positions(driver, "trained")
+            settle(driver, before)
+            error = driver.find_element(By.ID, "error")
+            check(not error.is_displayed(), f"the trained table draws without an error ({error.text!r})")
+            shape = driver.find_element(By.ID, "shape").text
+            check(shape.endswith(", 32)") and driver.find_element(By.ID, "context-value").text == "64",
+                  f"its L and D are the file's, 64 and 32 ({shape})")
+            check(driver.find_element(By.ID, "dim").get_attribute("disabled") is not None,
+                  "the D slider rests while the trained table is shown")
+            params = driver.find_element(By.ID, "params-position").text
+            check(params == "2,048 parameters", f"the trained table counts L*D = 2,048 parameters ({params!r})")
+            note = driver.find_element(By.ID, "offset-note").text
+            check("trained table" in note, f"the offset note speaks of the trained table ({note!r})")
+            driver.find_element(By.ID, "lang-zh").click()
+            label = driver.find_element(By.ID, "trained-label").text
+            check("训练" in label and "trained-test.safetensors" in label, f"its label in Chinese ({label!r})")
+            left = english_left(driver)
+            check(left == [], f"no English sentence left in the trained view in Chinese ({left})")
+            screenshot(driver, out, "serve-trained-zh.png")
+            driver.find_element(By.ID, "lang-en").click()
+        finally:
+            driver.quit()
+    finally:
+        server.stop()
+        os.remove(path)
+
+
 def measure_updates(driver):
     """Changes one control at a time (D <= 512, T <= 256) and prints each update's time."""
     texts = {
@@ -393,6 +572,7 @@ def main():
         url = server.start()
         print(f"tokpos serve: {url}")
         run(url, args.out)
+        trained_page(os.path.abspath(args.cli), args.out)
         status = 0
     except Failure as e:
         print(f"FAIL: {e}")

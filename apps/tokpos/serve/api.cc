@@ -22,6 +22,7 @@
 
 #include "frontend/demo_report.h"
 #include "frontend/params.h"
+#include "frontend/trained.h"
 #include "serve/server.h"
 #include "tokpos/composer.h"
 #include "tokpos/diagnostics.h"
@@ -177,11 +178,22 @@ Layout get_layout(const Params& params) {
              Layout::kInterleaved);
 }
 
-// true: learned positions; false: sinusoidal.
-bool get_learned(const Params& params) {
-  static const std::vector<std::string> kPositions = {"sinusoidal", "learned"};
+enum class Positions { kSinusoidal, kLearned, kTrained };
+
+Positions get_positions(const Params& params) {
+  static const std::vector<std::string> kPositions = {"sinusoidal", "learned", "trained"};
   return get(params, "positions",
-             [](const std::string& s) { return frontend::parse_choice(s, "positions", kPositions) == 1; }, false);
+             [](const std::string& s) { return static_cast<Positions>(frontend::parse_choice(s, "positions", kPositions)); },
+             Positions::kSinusoidal);
+}
+
+const char* positions_name(Positions p) {
+  switch (p) {
+    case Positions::kLearned: return "learned";
+    case Positions::kTrained: return "trained";
+    case Positions::kSinusoidal: break;
+  }
+  return "sinusoidal";
 }
 
 // a*b <= cap, or 400 naming the product, its factors and the cap.
@@ -199,20 +211,46 @@ struct TableParams {
   int64_t context = 0;
   double base = 0;
   Layout layout = Layout::kInterleaved;
-  bool learned = false;
+  Positions positions = Positions::kSinusoidal;
   uint64_t seed = 0;
+  const frontend::TrainedPositions* trained = nullptr;  // set for positions=trained
 };
 
-TableParams get_table_params(const Params& params) {
+// positions=trained: the table's own L and D. dim or context given with it
+// must be the table's (a mismatch is a 400 naming both).
+void check_trained_shape(const Params& params, const frontend::IntParam& p, int64_t value, const char* what,
+                         const frontend::TrainedPositions& trained) {
+  if (!find(params, p.name)) return;
+  const int64_t given = get_int(params, p, value);
+  if (given != value) {
+    bad(p.name, std::string(p.name) + " = " + std::to_string(given) + " does not match the trained table's " + what +
+                    " = " + std::to_string(value) + " (" + trained.file_name + ", " + std::to_string(trained.max_context) +
+                    " x " + std::to_string(trained.dim) + "); leave " + p.name + " out or give " +
+                    std::to_string(value));
+  }
+}
+
+TableParams get_table_params(const Params& params, const frontend::TrainedPositions* trained) {
   TableParams t;
   const frontend::DemoOptions defaults;  // the page's defaults are the demo's
-  t.dim = get_int(params, frontend::kDim, defaults.dim);
-  t.context = get_int(params, frontend::kContext, defaults.max_context);
+  t.positions = get_positions(params);
+  if (t.positions == Positions::kTrained) {
+    if (!trained) {
+      bad("positions", "positions = 'trained' needs a trained table: start tokpos serve with --weights FILE "
+                       "--preset gpt2|bert");
+    }
+    check_trained_shape(params, frontend::kDim, trained->dim, "D", *trained);
+    check_trained_shape(params, frontend::kContext, trained->max_context, "L", *trained);
+    t.dim = trained->dim;
+    t.context = trained->max_context;
+    t.trained = trained;
+  } else {
+    t.dim = get_int(params, frontend::kDim, defaults.dim);
+    t.context = get_int(params, frontend::kContext, defaults.max_context);
+  }
   t.base = get_base(params);
   t.layout = get_layout(params);
-  t.learned = get_learned(params);
   t.seed = get_seed(params);
-  check_cap("context", "context*dim", t.context, t.dim, kMaxTableValues);
   return t;
 }
 
@@ -223,9 +261,10 @@ void write_config(JsonText& j, const TableParams& t, const int64_t* vocab = null
   j.key("context").integer(t.context);
   j.key("dim").integer(t.dim);
   j.key("layout").string(layout_name(t.layout));
-  j.key("positions").string(t.learned ? "learned" : "sinusoidal");
+  j.key("positions").string(positions_name(t.positions));
   j.key("seed").integer(t.seed);
   if (vocab) j.key("vocab").integer(*vocab);
+  if (t.trained) j.key("weights").string(t.trained->file_name);
   j.close_object();
 }
 
@@ -243,15 +282,42 @@ auto sinusoidal(Fn&& make) {
   }
 }
 
-std::unique_ptr<PositionalEmbedding> make_positions(const TableParams& t) {
-  if (t.learned) {
-    return std::make_unique<LearnedPositionalEmbedding>(
-        LearnedPositionalOptions{.max_context = t.context, .dim = t.dim, .seed = t.seed});
+TableOptions table_options(const TableParams& t) { return TableOptions{.layout = t.layout, .base = t.base}; }
+
+// The base is checked for the whole (L, D) table the parameters describe,
+// whatever rows are built: the library's check at the last position, L - 1,
+// on one row of D values (the angles of a row grow with its position).
+void check_sinusoidal_base(const TableParams& t) {
+  sinusoidal([&] { return position_table(1, t.dim, t.context - 1, table_options(t)); });
+}
+
+// Rows 0 .. rows-1 of the (L, D) position table the parameters describe,
+// without building the other L - rows: a sinusoidal row depends only on its
+// position; a learned table is one stream of N(0, 0.02^2) values
+// (fill_normal), so its first rows*D values are its first rows; a trained
+// table is in memory already.
+std::unique_ptr<PositionalEmbedding> first_position_rows(const TableParams& t, int64_t rows) {
+  switch (t.positions) {
+    case Positions::kLearned:
+      return std::make_unique<LearnedPositionalEmbedding>(
+          LearnedPositionalOptions{.max_context = rows, .dim = t.dim, .seed = t.seed});
+    case Positions::kTrained:
+      return std::make_unique<LearnedPositionalEmbedding>(LearnedPositionalEmbedding::borrow(
+          std::span<const float>(t.trained->table).first(static_cast<size_t>(rows * t.dim)),
+          LearnedPositionalOptions{.max_context = rows, .dim = t.dim}));
+    case Positions::kSinusoidal: break;
   }
+  check_sinusoidal_base(t);
   return sinusoidal([&]() -> std::unique_ptr<PositionalEmbedding> {
     return std::make_unique<SinusoidalPositionalEmbedding>(
-        SinusoidalOptions{.max_context = t.context, .dim = t.dim, .base = t.base, .layout = t.layout});
+        SinusoidalOptions{.max_context = rows, .dim = t.dim, .base = t.base, .layout = t.layout});
   });
+}
+
+// The number of parameters of the whole (L, D) position table: L*D when
+// learned or trained, 0 when sinusoidal.
+int64_t position_parameters(const TableParams& t) {
+  return t.positions == Positions::kSinusoidal ? 0 : t.context * t.dim;
 }
 
 // (T, D) values as T arrays of D numbers.
@@ -286,7 +352,7 @@ bool is_loopback_host(const std::string& host) {
   return false;
 }
 
-ApiAnswer api_embed(const Params& params) {
+ApiAnswer api_embed(const Params& params, const frontend::TrainedPositions* trained) {
   return answer([&] {
     const std::string* text = find(params, "text");
     if (!text) bad("text", "text is missing: the text to embed, up to 4096 bytes");
@@ -294,7 +360,9 @@ ApiAnswer api_embed(const Params& params) {
       bad("text", "text is " + std::to_string(text->size()) + " bytes, over the limit of " +
                       std::to_string(kMaxTextBytes) + " bytes");
     }
-    const TableParams t = get_table_params(params);
+    // No context*dim cap here: only the T position rows the answer holds are
+    // computed, so the work grows with T*dim (capped below), not with L*D.
+    const TableParams t = get_table_params(params, trained);
     const int64_t V = get_int(params, frontend::kVocab, ByteTokenizer::kVocabSize);
     check_cap("vocab", "vocab*dim", V, t.dim, kMaxTableValues);
 
@@ -316,14 +384,15 @@ ApiAnswer api_embed(const Params& params) {
 
     // The tables are freed before the answer is written.
     std::vector<float> token_rows, position_rows, sum;
-    int64_t token_parameters = 0, position_parameters = 0;
+    int64_t token_parameters = 0;
     {
-      EmbeddingComposer composer(TokenEmbedding({.vocab_size = V, .dim = t.dim, .seed = t.seed}), make_positions(t));
+      // Positions 0 .. T-1 only (one row for an empty text: a module has at least one).
+      EmbeddingComposer composer(TokenEmbedding({.vocab_size = V, .dim = t.dim, .seed = t.seed}),
+                                 first_position_rows(t, std::max<int64_t>(T, 1)));
       token_rows = composer.token().forward(ids, 1, T);
       position_rows = composer.position().forward(T, 0);
       sum = composer.forward(ids, 1, T);
       token_parameters = static_cast<int64_t>(composer.token().num_parameters());
-      position_parameters = static_cast<int64_t>(composer.position().num_parameters());
     }
 
     JsonText j;
@@ -331,7 +400,7 @@ ApiAnswer api_embed(const Params& params) {
     write_config(j, t, &V);
     j.key("ids").integers(ids);
     j.key("parameters").open_object();
-    j.key("position").integer(position_parameters);
+    j.key("position").integer(position_parameters(t));
     j.key("token").integer(token_parameters);
     j.close_object();
     j.key("position_rows");
@@ -346,33 +415,45 @@ ApiAnswer api_embed(const Params& params) {
   });
 }
 
-ApiAnswer api_similarity(const Params& params) {
+ApiAnswer api_similarity(const Params& params, const frontend::TrainedPositions* trained) {
   return answer([&] {
-    const TableParams t = get_table_params(params);
+    const TableParams t = get_table_params(params, trained);
     const int64_t L = t.context, D = t.dim;
-    const int64_t work_limit = std::max<int64_t>(kMaxOffsetWork / (L * D) - 1, 0);  // L*D <= cap: >= 31
+    // The diagnostics need whole rows of the table: rows 0 .. R-1, with R*D
+    // within the cap (R = L unless L*D is over it; rows_omitted says so).
+    const int64_t R = std::min(L, std::max<int64_t>(kMaxTableValues / D, 1));
+    const std::string rows_name = R == L ? "context" : "rows";
+    const int64_t work_limit = std::max<int64_t>(kMaxOffsetWork / (R * D) - 1, 0);  // R*D <= cap: >= 31
     const int64_t max_offset =
-        get_int(params, frontend::IntParam{"max_offset", 0, L - 1}, std::min({L - 1, kDefaultMaxOffset, work_limit}));
+        get_int(params, frontend::IntParam{"max_offset", 0, R - 1}, std::min({R - 1, kDefaultMaxOffset, work_limit}));
     if (max_offset > work_limit) {
-      bad("max_offset", "max_offset = " + std::to_string(max_offset) + " needs (max_offset+1)*context*dim = " +
-                            std::to_string((max_offset + 1) * L * D) + ", over the cap of " +
+      bad("max_offset", "max_offset = " + std::to_string(max_offset) + " needs (max_offset+1)*" + rows_name + "*dim = " +
+                            std::to_string((max_offset + 1) * R * D) + ", over the cap of " +
                             std::to_string(kMaxOffsetWork) + "; the largest allowed here is " +
                             std::to_string(work_limit));
     }
 
     std::vector<float> table;
-    if (t.learned) {
-      const LearnedPositionalEmbedding learned({.max_context = L, .dim = D, .seed = t.seed});
-      table.assign(learned.table().begin(), learned.table().end());
-    } else {
-      table = sinusoidal([&] { return position_table(L, D, 0, TableOptions{.layout = t.layout, .base = t.base}); });
+    switch (t.positions) {
+      case Positions::kLearned: {
+        const LearnedPositionalEmbedding learned({.max_context = R, .dim = D, .seed = t.seed});
+        table.assign(learned.table().begin(), learned.table().end());
+        break;
+      }
+      case Positions::kTrained:
+        table.assign(t.trained->table.begin(), t.trained->table.begin() + static_cast<std::ptrdiff_t>(R * D));
+        break;
+      case Positions::kSinusoidal:
+        check_sinusoidal_base(t);
+        table = sinusoidal([&] { return position_table(R, D, 0, table_options(t)); });
+        break;
     }
 
-    const std::vector<double> by_offset = cosine_by_offset(table, L, D, max_offset);
+    const std::vector<double> by_offset = cosine_by_offset(table, R, D, max_offset);
     std::vector<int64_t> offsets(by_offset.size());
     for (size_t k = 0; k < offsets.size(); ++k) offsets[k] = static_cast<int64_t>(k);
 
-    const std::vector<double> adjacent = adjacent_cosine(table, L, D);
+    const std::vector<double> adjacent = adjacent_cosine(table, R, D);
     JsonText j;
     j.open_object();
     j.key("adjacent").numbers<double>(adjacent);
@@ -381,20 +462,30 @@ ApiAnswer api_similarity(const Params& params) {
     j.key("offsets").integers(offsets);
     j.close_object();
     write_config(j, t);
-    if (L <= kMaxMatrixContext && L * L * D <= kMaxMatrixWork) {
-      const std::vector<double> m = cosine_matrix(table, L, D);
+    // The matrix's rows are the rows used ("context" when they are all of them).
+    if (R <= kMaxMatrixContext && R * R * D <= kMaxMatrixWork) {
+      const std::vector<double> m = cosine_matrix(table, R, D);
       j.key("matrix");
-      write_rows<double>(j, m, L, L);
+      write_rows<double>(j, m, R, R);
       j.key("matrix_omitted").null();
     } else {
       j.key("matrix").null();
       j.key("matrix_omitted").string(
-          L > kMaxMatrixContext
-              ? "context = " + std::to_string(L) + " is over " + std::to_string(kMaxMatrixContext) +
+          R > kMaxMatrixContext
+              ? rows_name + " = " + std::to_string(R) + " is over " + std::to_string(kMaxMatrixContext) +
                     ": the L x L matrix is sent for context <= " + std::to_string(kMaxMatrixContext) + " only"
-              : "context*context*dim = " + std::to_string(L) + "*" + std::to_string(L) + "*" + std::to_string(D) +
-                    " = " + std::to_string(L * L * D) + " is over the cap of " + std::to_string(kMaxMatrixWork) +
-                    " for the L x L matrix");
+              : rows_name + "*" + rows_name + "*dim = " + std::to_string(R) + "*" + std::to_string(R) + "*" +
+                    std::to_string(D) + " = " + std::to_string(R * R * D) + " is over the cap of " +
+                    std::to_string(kMaxMatrixWork) + " for the L x L matrix");
+    }
+    j.key("rows").integer(R);
+    if (R == L) {
+      j.key("rows_omitted").null();
+    } else {
+      j.key("rows_omitted").string("context*dim = " + std::to_string(L) + "*" + std::to_string(D) + " = " +
+                                   std::to_string(L * D) + " is over the cap of " + std::to_string(kMaxTableValues) +
+                                   " values: adjacent, by_offset and matrix are computed on rows 0 .. " +
+                                   std::to_string(R - 1) + " of the table only");
     }
     j.close_object();
     return j.take();
@@ -447,6 +538,23 @@ ApiAnswer api_wavelengths(const Params& params) {
     j.close_object();
     return j.take();
   });
+}
+
+ApiAnswer api_trained(const frontend::TrainedPositions* trained) {
+  JsonText j;
+  j.open_object().key("trained");
+  if (trained) {
+    j.open_object();
+    j.key("context").integer(trained->max_context);
+    j.key("dim").integer(trained->dim);
+    j.key("file").string(trained->file_name);
+    j.key("preset").string(trained->preset);
+    j.close_object();
+  } else {
+    j.null();
+  }
+  j.close_object();
+  return {200, j.take()};
 }
 
 }  // namespace tokpos::serve

@@ -41,6 +41,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "frontend/trained.h"
 #include "serve/assets.h"
 #include "serve/server.h"
 #include "tokpos/threading.h"
@@ -620,7 +621,7 @@ milliseconds request_deadline(std::ostream& err) {
   return milliseconds(ms);
 }
 
-void add_routes(httplib::Server& svr) {
+void add_routes(httplib::Server& svr, const frontend::TrainedPositions* trained) {
   for (const char* name : {"index.html", "app.js", "style.css"}) {
     const Asset* asset = find_asset(name);
     if (!asset) continue;
@@ -636,9 +637,9 @@ void add_routes(httplib::Server& svr) {
     svr.Get(pattern, serve_asset);
     if (std::string_view(name) == "index.html") svr.Get("/", serve_asset);
   }
-  auto api = [](ApiAnswer (*fn)(const Params&)) {
-    return [fn](const httplib::Request& req, httplib::Response& res) {
-      ApiAnswer a = fn(Params(req.params.begin(), req.params.end()));
+  auto api = [trained](ApiAnswer (*fn)(const Params&, const frontend::TrainedPositions*)) {
+    return [fn, trained](const httplib::Request& req, httplib::Response& res) {
+      ApiAnswer a = fn(Params(req.params.begin(), req.params.end()), trained);
       res.status = a.status;
       // What set_content does, without its copy of a body of up to ~10 MiB.
       res.body = std::move(a.body);
@@ -647,14 +648,17 @@ void add_routes(httplib::Server& svr) {
   };
   svr.Get("/api/embed", api(&api_embed));
   svr.Get("/api/similarity", api(&api_similarity));
-  svr.Get("/api/wavelengths", api(&api_wavelengths));
+  svr.Get("/api/wavelengths", api([](const Params& params, const frontend::TrainedPositions*) {
+            return api_wavelengths(params);
+          }));
+  svr.Get("/api/trained", api([](const Params&, const frontend::TrainedPositions* t) { return api_trained(t); }));
   // Every other method is answered 405 by the pre-routing handler, before
   // httplib would read a body: no route takes one.
 }
 
 constexpr int kListenBacklog = 256;
 
-void configure(httplib::Server& svr, const ServeOptions& options) {
+void configure(httplib::Server& svr, const ServeOptions& options, const frontend::TrainedPositions* trained) {
   // The accept loop hands each connection to the Gate at once.
   svr.new_task_queue = [] { return new InPlaceQueue; };
   svr.set_payload_max_length(kMaxPayloadBytes);
@@ -679,7 +683,9 @@ void configure(httplib::Server& svr, const ServeOptions& options) {
 
   const bool loopback = is_loopback_host(options.host);
   const std::string bound = options.host;
-  svr.set_pre_routing_handler([loopback, bound](const httplib::Request& req, httplib::Response& res) {
+  // What every request head is checked for before anything else: true when
+  // res holds the answer (431, 413, 405, 403).
+  const auto screen = [loopback, bound](const httplib::Request& req, httplib::Response& res) {
     // The client's own header lines, as the Gate counted them (httplib adds
     // REMOTE_ADDR, REMOTE_PORT, LOCAL_ADDR and LOCAL_PORT to req.headers).
     if (const Connection* c = current_connection; c && c->too_many_headers) {
@@ -693,7 +699,7 @@ void configure(httplib::Server& svr, const ServeOptions& options) {
                                            " header lines of at most " + std::to_string(kMaxLineBytes) +
                                            " bytes each, " + std::to_string(kMaxHeadBytes) + " bytes in all)"),
                       kJson);
-      return httplib::Server::HandlerResponse::Handled;
+      return true;
     }
     // A body is never read: one declared over the limit is 413, and any
     // other method than GET and HEAD is 405 before httplib would read it.
@@ -706,12 +712,12 @@ void configure(httplib::Server& svr, const ServeOptions& options) {
         res.set_content(error_body("Content-Length: " + text.substr(0, 32) + " is over the limit of " +
                                    std::to_string(kMaxPayloadBytes) + " bytes for a request body"),
                         kJson);
-        return httplib::Server::HandlerResponse::Handled;
+        return true;
       }
     }
     if (req.method != "GET" && req.method != "HEAD") {
       method_not_allowed(req, res);
-      return httplib::Server::HandlerResponse::Handled;
+      return true;
     }
     // On loopback, only loopback names: a page of another site whose name is
     // made to resolve to 127.0.0.1 (DNS rebinding) is refused.
@@ -721,10 +727,19 @@ void configure(httplib::Server& svr, const ServeOptions& options) {
         res.status = 403;
         res.set_content(error_body("Host " + host + " is not a loopback name; use the printed URL"),
                         kJson);
-        return httplib::Server::HandlerResponse::Handled;
+        return true;
       }
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    return false;
+  };
+  svr.set_pre_routing_handler([screen](const httplib::Request& req, httplib::Response& res) {
+    return screen(req, res) ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
+  });
+  // "Expect: 100-continue" is answered before routing: cpp-httplib would
+  // send "100 Continue", inviting a body no route reads, and only then the
+  // 405. A request the screen refuses gets its final answer instead.
+  svr.set_expect_100_continue_handler([screen](const httplib::Request& req, httplib::Response& res) {
+    return screen(req, res) ? res.status : 100;
   });
   // Any error status without a body of its own (no route, bad request line,
   // body or URI too long) gets a JSON one.
@@ -748,7 +763,7 @@ void configure(httplib::Server& svr, const ServeOptions& options) {
       res.set_content(error_body("internal error: unknown exception"), kJson);
     }
   });
-  add_routes(svr);
+  add_routes(svr, trained);
 }
 
 std::string url_of(const std::string& host, int port) {
@@ -771,8 +786,22 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err)
   // Requests run side by side, one thread each; each one's kernels use one thread.
   tokpos::set_num_threads(1);
 
+  // --weights: the trained position table, read once; an error stops serve
+  // with the library's message.
+  std::unique_ptr<const frontend::TrainedPositions> trained;
+  if (!options.weights.empty()) {
+    try {
+      const NameMap names = frontend::parse_name_map("tokpos serve", options.preset, options.map);
+      trained = std::make_unique<const frontend::TrainedPositions>(
+          frontend::load_trained_positions(options.weights, options.preset, names));
+    } catch (const Error& e) {
+      err << "tokpos serve: error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+
   Server svr;
-  configure(svr, options);
+  configure(svr, options, trained.get());
   const milliseconds deadline = request_deadline(err);
 
   if (!is_loopback_host(options.host)) {

@@ -8,6 +8,11 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
+
+namespace tokpos::frontend {
+struct TrainedPositions;
+}
 
 namespace tokpos::serve {
 
@@ -15,6 +20,9 @@ struct ServeOptions {
   std::string host = "127.0.0.1";  // the address to bind; anything not loopback is warned about
   int port = 8765;                 // 0: any free port (printed when ready)
   int threads = 16;                // requests served at once (one worker thread each)
+  std::string weights;             // a .safetensors file: its position table becomes positions=trained
+  std::string preset;              // gpt2 or bert: which tensor of `weights` is the position table
+  std::vector<std::string> map;    // --map ROLE=NAME: other tensor names (frontend::parse_name_map)
 };
 
 // The work caps, as docs/serve.md states them (each parameter's own bounds
@@ -40,8 +48,11 @@ using Params = std::multimap<std::string, std::string>;
 // GET /api/embed, /api/similarity, /api/wavelengths. 400 with {"error": ...}
 // naming the parameter and its limit for bad input; never throws for bad
 // input (only for an internal failure such as running out of memory).
-ApiAnswer api_embed(const Params& params);
-ApiAnswer api_similarity(const Params& params);
+// `trained`: the table positions=trained reads (serve --weights), or nullptr.
+ApiAnswer api_embed(const Params& params, const frontend::TrainedPositions* trained = nullptr);
+ApiAnswer api_similarity(const Params& params, const frontend::TrainedPositions* trained = nullptr);
+// GET /api/trained: {"trained": null}, or the trained table's file, preset, context and dim.
+ApiAnswer api_trained(const frontend::TrainedPositions* trained);
 ApiAnswer api_wavelengths(const Params& params);
 
 // True for 127.0.0.0/8, ::1 and "localhost".
