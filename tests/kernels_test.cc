@@ -554,7 +554,10 @@ TEST_P(KernelAgreement, BackwardMatchesReference) {
     }
   }
   for (size_t k = 0; k < backs.size(); ++k) {
-    if (backs[k] == &kn::cpu_kernels()) {
+    // Rows with more than kRowBlock sources need the grouped scatter, whose
+    // scratch the cpu back end keeps (with fewer it needs no scratch at all).
+    const bool grouped = token_groups.max_sources() > kn::kRowBlock || position_groups.max_sources() > kn::kRowBlock;
+    if (backs[k] == &kn::cpu_kernels() && grouped) {
       EXPECT_GT(workspaces[k].bytes(), 0u) << "the cpu back end keeps its scratch";
     }
     workspaces[k].release();

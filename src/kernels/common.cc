@@ -55,7 +55,7 @@ size_t Workspace::bytes() const {
   return owner.capacity() * sizeof(int32_t) +
          (mine.capacity() + mine_start.capacity() + tag.capacity() + tasks.capacity() + hot.capacity()) *
              sizeof(int64_t) +
-         scratch.capacity() * sizeof(float);
+         scratch.capacity() * sizeof(float) + uses.capacity();
 }
 
 void Workspace::release() {

@@ -141,13 +141,20 @@ struct RowGroups {
 RowGroups group_rows(const int64_t* rows, int64_t N, int64_t V);
 
 // One gradient: grad row r at grad + r*stride; source i adds to row rows[i]
-// (rows[i] < 0: skipped); groups = group_rows(rows, N, V).
+// (rows[i] < 0: skipped); groups = group_rows(rows, N, V), or nullptr when
+// the caller makes them on demand: then make_groups(make_arg) returns them
+// (and may throw std::bad_alloc), so a kernel path that needs no grouping
+// never pays for the sort. A kernel asks for them, if at all, before it
+// writes anything.
 struct GradTarget {
   float* grad = nullptr;  // nullptr: this gradient is not wanted
   int64_t stride = 0;
   const int64_t* rows = nullptr;
   const RowGroups* groups = nullptr;
   int64_t V = 0;
+  const RowGroups& (*make_groups)(const void* arg) = nullptr;
+  const void* make_arg = nullptr;
+  const RowGroups& grouping() const { return groups != nullptr ? *groups : make_groups(make_arg); }
 };
 
 // Source i = (b, t) = (i / T, i % T) is the row src + b*sb + t*st, (D) floats.
@@ -168,6 +175,10 @@ struct Source {
 //   n >  kRowBlock: blocks of kRowBlock sources, each summed from its first
 //                   source, in order; the block sums added to grad[v] in order:
 //                   grad[v] = ((grad[v] + (s_1 + ... + s_64)) + (s_65 + ...)) + ...
+// When no row of either target has more than kRowBlock sources, that order
+// is plain (b, t) order for every element, and the cpu back end needs no
+// grouping: one pass in (b, t) order, or with several threads a slice of the
+// D channels per thread, each summing every source in (b, t) order.
 // Fixed blocks let a row used thousands of times be summed by many threads;
 // a row used at most 64 times needs no scratch, so a kernel may add each
 // source the moment it reads it: the cpu back end reads each source once for
@@ -237,6 +248,7 @@ struct Workspace {
   std::vector<int32_t> owner;
   std::vector<int64_t> mine, mine_start, tag, tasks, hot;
   std::vector<float> scratch;
+  std::vector<uint8_t> uses;  // per row, sources counted up to kRowBlock + 1; all zero between calls
   size_t bytes() const;
   void release();
 };

@@ -341,10 +341,16 @@ void run_backward(const Grads& g, const RowPlan::Impl& p, Context* ctx) {
   if (g.d_pos.present) {
     b = {reinterpret_cast<float*>(g.d_pos.data), g.d_pos.strides[0], p.positions.data(), nullptr, g.d_pos.shape[0]};
   }
+  // The groupings on demand: a kernel path that needs none skips the sort.
+  a.make_groups = [](const void* plan) -> const kernels::RowGroups& {
+    return static_cast<const RowPlan::Impl*>(plan)->token_groups();
+  };
+  b.make_groups = [](const void* plan) -> const kernels::RowGroups& {
+    return static_cast<const RowPlan::Impl*>(plan)->position_groups();
+  };
+  a.make_arg = b.make_arg = &p;
   const kernels::Source src = source_of(g.d_out, p.B, p.T, D);
   allocating(kBackward, "the backward's plan and workspace", [&] {
-    if (a.grad != nullptr) a.groups = &p.token_groups();
-    if (b.grad != nullptr) b.groups = &p.position_groups();
     detail::kernels_for(ctx).index_add_rows(a, b, src, detail::exec_for(ctx, detail::workspace_of(ctx)));
     return 0;
   });

@@ -7,7 +7,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #if defined(__SSE2__)
-#include <emmintrin.h>
+#include <immintrin.h>
 #define TOKPOS_STREAM_STORES 1  // else "streaming" stores are plain stores
 #endif
 
@@ -64,6 +64,53 @@ __attribute__((always_inline)) inline f32x16 load16(const f16_t* p) {
   return fp::f16_bits_to_f32<u32x16, f32x16>(load16_bits(&p->bits));
 }
 
+// binary16 -> float by the conversion instruction (vcvtph2ps, part of
+// AVX-512F), for the functions compiled for AVX-512F only (gather_range_f16).
+// Its bits equal fp::f16_bits_to_f32's except that it quiets a signalling NaN
+// (fp's keeps it signalling); the sum of two rows quiets it anyway, so the
+// forward uses it only where every element is such a sum (a position table).
+// (Inline assembly, not the intrinsic: the intrinsic may only be inlined into
+// functions compiled for AVX-512F, and this one reaches gather_range_f16 only
+// through the templates shared with every clone.)
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TOKPOS_F16_INSTRUCTION 1
+__attribute__((always_inline)) inline f32x16 load16_by_instruction(const f16_t* p) {
+  u16x16 h;
+  std::memcpy(&h, p, sizeof h);
+  f32x16 v;
+  asm("vcvtph2ps %1, %0" : "=v"(v) : "m"(h));
+  return v;
+}
+#else
+inline f32x16 load16_by_instruction(const f16_t* p) {
+  return load16(p);
+}
+#endif
+// A row of either table, widened: kByInstruction uses the instruction for f16.
+template <bool kByInstruction, typename T>
+__attribute__((always_inline)) inline f32x16 widen16(const T* p) {
+  if constexpr (kByInstruction && std::is_same_v<T, f16_t>) {
+    return load16_by_instruction(p);
+  } else {
+    return load16(p);
+  }
+}
+
+// Plain (not streamed) stores of 16 elements, the bits of store() on each.
+__attribute__((always_inline)) inline void store16(float* p, f32x16 v) {
+  std::memcpy(p, &v, sizeof v);
+}
+__attribute__((always_inline)) inline void store16_bits(uint16_t* p, u32x16 bits) {
+  const u16x16 h = __builtin_convertvector(bits, u16x16);
+  std::memcpy(p, &h, sizeof h);
+}
+__attribute__((always_inline)) inline void store16(bf16_t* p, f32x16 v) {
+  store16_bits(&p->bits, fp::f32_to_bf16_bits<u32x16, f32x16>(v));
+}
+__attribute__((always_inline)) inline void store16(f16_t* p, f32x16 v) {
+  store16_bits(&p->bits, fp::f32_to_f16_bits<u32x16, f32x16>(v));
+}
+
 // p must be 16-byte aligned.
 __attribute__((always_inline)) inline void stream16(float* p, f32x16 v) {
 #ifdef TOKPOS_STREAM_STORES
@@ -105,7 +152,7 @@ __attribute__((always_inline)) inline void row_sum(Out* __restrict out, const To
 
 // row_sum with streaming stores: plain stores up to the first 16-byte
 // boundary of out and for the last D % 16 elements, streamed in between.
-template <typename Tok, typename Pos, typename Out>
+template <typename Tok, typename Pos, typename Out, bool kByInstruction = false>
 __attribute__((always_inline)) inline void row_sum_stream(Out* out, const Tok* wte, const Pos* wpe, int64_t D) {
   const auto misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) % 16);
   const int64_t head = std::min(D, misalign == 0 ? 0 : (16 - misalign) / static_cast<int64_t>(sizeof(Out)));
@@ -114,9 +161,19 @@ __attribute__((always_inline)) inline void row_sum_stream(Out* out, const Tok* w
   if (wpe == nullptr) {
     for (; d + 16 <= D; d += 16) stream16(out + d, load16(wte + d));
   } else {
-    for (; d + 16 <= D; d += 16) stream16(out + d, load16(wte + d) + load16(wpe + d));
+    for (; d + 16 <= D; d += 16) stream16(out + d, widen16<kByInstruction>(wte + d) + widen16<kByInstruction>(wpe + d));
   }
   row_sum(out + d, wte + d, wpe == nullptr ? nullptr : wpe + d, D - d);
+}
+
+// row_sum of a token row and a position row in 16-element vectors with
+// plain stores (kByInstruction: f16 widened by the instruction), the rest
+// element by element.
+template <typename Tok, typename Pos, typename Out, bool kByInstruction>
+__attribute__((always_inline)) inline void row_sum16(Out* out, const Tok* wte, const Pos* wpe, int64_t D) {
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) store16(out + d, widen16<kByInstruction>(wte + d) + widen16<kByInstruction>(wpe + d));
+  row_sum(out + d, wte + d, wpe + d, D - d);
 }
 
 // The row of an id outside a vocab shard: the position row alone, or zeros.
@@ -164,7 +221,7 @@ struct TileOrder {
 
 // Tokens [n0, n1): the whole computation, inlined into each clone of
 // gather_range so every clone vectorises it for its ISA.
-template <typename Tok, typename Pos, typename Out, bool kStream>
+template <typename Tok, typename Pos, typename Out, bool kStream, bool kByInstruction = false>
 __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int64_t n1) {
   if (n1 <= n0) return;
   Out* out = static_cast<Out*>(g.out.data);
@@ -212,7 +269,9 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
     if (ix != id && g.zero_outside) [[unlikely]] {
       outside_row<Pos, Out>(o, wpe_p, D);
     } else if constexpr (kStream) {
-      row_sum_stream(o, tok + ix * ts, wpe_p, D);
+      row_sum_stream<Tok, Pos, Out, kByInstruction>(o, tok + ix * ts, wpe_p, D);
+    } else if (kByInstruction && wpe_p != nullptr) {
+      row_sum16<Tok, Pos, Out, kByInstruction>(o, tok + ix * ts, wpe_p, D);
     } else {
       row_sum(o, tok + ix * ts, wpe_p, D);
     }
@@ -222,24 +281,24 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
 #endif
 }
 
-template <typename Tok, typename Pos>
+template <typename Tok, typename Pos, bool kBy = false>
 __attribute__((always_inline)) inline void rows_out(const Gather& g, int64_t n0, int64_t n1, bool stream) {
   switch (g.out.type) {
     case DType::kBF16:
-      return stream ? rows<Tok, Pos, bf16_t, true>(g, n0, n1) : rows<Tok, Pos, bf16_t, false>(g, n0, n1);
+      return stream ? rows<Tok, Pos, bf16_t, true, kBy>(g, n0, n1) : rows<Tok, Pos, bf16_t, false, kBy>(g, n0, n1);
     case DType::kF16:
-      return stream ? rows<Tok, Pos, f16_t, true>(g, n0, n1) : rows<Tok, Pos, f16_t, false>(g, n0, n1);
+      return stream ? rows<Tok, Pos, f16_t, true, kBy>(g, n0, n1) : rows<Tok, Pos, f16_t, false, kBy>(g, n0, n1);
     default:
-      return stream ? rows<Tok, Pos, float, true>(g, n0, n1) : rows<Tok, Pos, float, false>(g, n0, n1);
+      return stream ? rows<Tok, Pos, float, true, kBy>(g, n0, n1) : rows<Tok, Pos, float, false, kBy>(g, n0, n1);
   }
 }
 
-template <typename Tok>
+template <typename Tok, bool kBy = false>
 __attribute__((always_inline)) inline void rows_pos(const Gather& g, int64_t n0, int64_t n1, bool stream) {
   switch (g.pos.type) {
-    case DType::kBF16: return rows_out<Tok, bf16_t>(g, n0, n1, stream);
-    case DType::kF16: return rows_out<Tok, f16_t>(g, n0, n1, stream);
-    default: return rows_out<Tok, float>(g, n0, n1, stream);
+    case DType::kBF16: return rows_out<Tok, bf16_t, kBy>(g, n0, n1, stream);
+    case DType::kF16: return rows_out<Tok, f16_t, kBy>(g, n0, n1, stream);
+    default: return rows_out<Tok, float, kBy>(g, n0, n1, stream);
   }
 }
 
@@ -255,12 +314,41 @@ void gather_range(const Gather& g, int64_t n0, int64_t n1, bool stream) {
   }
 }
 
+// A table in f16 with a position table, on a CPU with AVX-512F: the f16 rows
+// widened by the instruction, a few operations for 16 elements where the bit
+// formula takes a few per element (the same bits: every element is a sum).
+#ifdef TOKPOS_F16_INSTRUCTION
+__attribute__((target("avx512f")))
+#endif
+__attribute__((flatten)) void gather_range_f16(const Gather& g, int64_t n0, int64_t n1,
+                                                                  bool stream) {
+  switch (g.tok.type) {
+    case DType::kBF16: return rows_pos<bf16_t, true>(g, n0, n1, stream);
+    case DType::kF16: return rows_pos<f16_t, true>(g, n0, n1, stream);
+    default: return rows_pos<float, true>(g, n0, n1, stream);
+  }
+}
+
+bool has_avx512f() {
+#ifdef TOKPOS_F16_INSTRUCTION
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 void compose_forward(const Gather& g, const Exec& ex) {
   const int64_t N = g.B * g.T;
   const auto out_bytes = static_cast<int64_t>(N * g.D * static_cast<int64_t>(dtype_size(g.out.type)));
   const bool stream = N > kDecodeTokens && out_bytes >= ex.stream_min_bytes;
+  const bool f16 = (g.tok.type == DType::kF16 || g.pos.type == DType::kF16) && g.pos.data != nullptr;
+  if (f16 && has_avx512f()) {
+    over_token_ranges(ex, N, N * g.D, [&](int64_t n0, int64_t n1) { gather_range_f16(g, n0, n1, stream); });
+    return;
+  }
   over_token_ranges(ex, N, N * g.D, [&](int64_t n0, int64_t n1) { gather_range(g, n0, n1, stream); });
 }
 

@@ -77,7 +77,11 @@ class Scatter {
   // b_owned: the b target is filled in the same pass (every b row used at
   // most kRowBlock times); else only a.
   Scatter(const GradTarget& a, const GradTarget* b_owned, const Source& src, const Exec& ex, Workspace& ws)
-      : a_(a), src_(src), ws_(ws), nt_(src.B * src.T <= kDecodeTokens ? 1 : threads_for(ex, src.B * src.T * src.D)) {
+      : a_(a),
+        groups_(&a.grouping()),
+        src_(src),
+        ws_(ws),
+        nt_(src.B * src.T <= kDecodeTokens ? 1 : threads_for(ex, src.B * src.T * src.D)) {
     assign_owners(b_owned);
     plan_tasks();
     ws_.scratch.resize(static_cast<size_t>(slots_ * src.D));
@@ -95,7 +99,7 @@ class Scatter {
     auto& owner = ws_.owner;
     owner.assign(static_cast<size_t>(N), -1);
     if (b != nullptr) {
-      const RowGroups& g = *b->groups;
+      const RowGroups& g = b->grouping();
       const auto total = static_cast<int64_t>(g.order.size());
       for (size_t r = 0; r < g.rows.size(); ++r) {
         const auto o = static_cast<int32_t>(g.start[r] * nt_ / std::max<int64_t>(total, 1));
@@ -120,7 +124,7 @@ class Scatter {
 
   // True if the a sources order[k0..k1) all belong to one phase-1 owner.
   bool local(int64_t k0, int64_t k1) const {
-    const auto& order = a_.groups->order;
+    const auto& order = groups_->order;
     const int32_t o = ws_.owner[order[k0]];
     for (int64_t k = k0; k < k1; ++k)
       if (ws_.owner[order[k]] != o || o < 0) return false;
@@ -128,7 +132,7 @@ class Scatter {
   }
 
   void plan_tasks() {
-    const RowGroups& g = *a_.groups;
+    const RowGroups& g = *groups_;
     auto& tag = ws_.tag;
     tag.assign(ws_.owner.size(), kLater);
     ws_.tasks.clear();
@@ -156,6 +160,7 @@ class Scatter {
   }
 
   GradTarget a_;
+  const RowGroups* groups_;
   Source src_;
   Workspace& ws_;
   int nt_;
@@ -169,7 +174,7 @@ void Scatter::run(const GradTarget* b) {
   const int64_t* ms = ws_.mine_start.data();
   const int64_t* tasks = ws_.tasks.data();
   const int64_t* hot = ws_.hot.data();
-  const int64_t* order = a_.groups->order.data();
+  const int64_t* order = groups_->order.data();
   float* scratch = ws_.scratch.data();
   const auto ntasks = static_cast<int64_t>(ws_.tasks.size()) / kTaskWords;
   const auto nhot = static_cast<int64_t>(ws_.hot.size()) / kHotWords;
@@ -228,6 +233,85 @@ void Scatter::run(const GradTarget* b) {
   }
 }
 
+// ---- No grouping: every row has at most kRowBlock sources -------------------
+
+// True if no row of t has more than kRowBlock sources (an absent t: true).
+// N <= kRowBlock decides it at once (a decode step); a grouping already made
+// answers from its groups; else the sources are counted in ws.uses, one byte
+// a row (left all zero again), when V bytes are small beside the N * D floats
+// of the call; otherwise the grouping is made and asked.
+bool at_most_a_block(const GradTarget& t, int64_t N, int64_t D, Workspace& ws) {
+  if (t.grad == nullptr || N <= kRowBlock) return true;
+  if (t.groups == nullptr && t.V <= std::max<int64_t>(4 * N, N * D / 16)) {
+    auto& uses = ws.uses;
+    if (uses.size() < static_cast<size_t>(t.V)) uses.resize(static_cast<size_t>(t.V), 0);
+    int64_t i = 0;
+    bool fits = true;
+    for (; i < N && fits; ++i)
+      if (const int64_t r = t.rows[i]; r >= 0) fits = ++uses[r] <= kRowBlock;
+    for (int64_t k = 0; k < i; ++k)
+      if (const int64_t r = t.rows[k]; r >= 0) uses[r] = 0;
+    return fits;
+  }
+  return t.grouping().max_sources() <= kRowBlock;
+}
+
+// Sources [0, N) in (b, t) order, channels [d0, d1) of each row: a.grad and
+// b.grad (either may be absent) += the source row, one source at a time.
+// The rows ahead of a thread's source get their slice prefetched (the
+// token rows are scattered; nothing else predicts them).
+TOKPOS_KERNEL_CLONES
+void add_in_order(const GradTarget& a, const GradTarget& b, const Source& src, int64_t d0, int64_t d1) {
+  const int64_t N = src.B * src.T, len = d1 - d0;
+  float* const ga = a.grad;
+  float* const gb = b.grad;
+  const int64_t as = a.stride, bs = b.stride;
+  const int64_t ahead = ga == nullptr ? 0 : prefetch_rows_ahead(len * 4);
+  for (int64_t i = 0; i < N; ++i) {
+    if (ahead > 0 && i + ahead < N && a.rows[i + ahead] >= 0) prefetch_pages(ga + a.rows[i + ahead] * as + d0, len * 4);
+    const float* __restrict s = src.row(i) + d0;
+    float* const pa = ga != nullptr && a.rows[i] >= 0 ? ga + a.rows[i] * as + d0 : nullptr;
+    float* const pb = gb != nullptr && b.rows[i] >= 0 ? gb + b.rows[i] * bs + d0 : nullptr;
+    if (pa != nullptr && pb != nullptr) {
+      float* __restrict x = pa;
+      float* __restrict y = pb;
+      for (int64_t d = 0; d < len; ++d) {
+        const float v = s[d];
+        x[d] += v;
+        y[d] += v;
+      }
+    } else if (float* __restrict g = pa != nullptr ? pa : pb; g != nullptr) {
+      for (int64_t d = 0; d < len; ++d) g[d] += s[d];
+    }
+  }
+}
+
+// Channels per slice: at least this many (a cache line is 16 floats; slices
+// start on multiples of 16 so no two threads share a line of a row).
+inline constexpr int64_t kMinSlice = 64;
+
+// The whole scatter without a grouping when the order kernels.h defines is
+// plain (b, t) order; false (nothing written) where it is not, or where the
+// channels are too few for the team (the grouped scatter threads over rows).
+bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex, Workspace& ws) {
+  const int64_t N = src.B * src.T, D = src.D;
+  const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, N * D);
+  if (nt > 1 && D < kMinSlice * nt) return false;
+  if (!at_most_a_block(a, N, D, ws) || !at_most_a_block(b, N, D, ws)) return false;
+  if (nt == 1) {
+    add_in_order(a, b, src, 0, D);
+    return true;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
+    const int64_t d0 = std::min(D, (D * k / team + 15) / 16 * 16);
+    const int64_t d1 = k + 1 == team ? D : std::min(D, (D * (k + 1) / team + 15) / 16 * 16);
+    if (d1 > d0) add_in_order(a, b, src, d0, d1);
+  }
+  return true;
+}
+
 }  // namespace
 
 void index_add_rows(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex) {
@@ -235,9 +319,10 @@ void index_add_rows(const GradTarget& a, const GradTarget& b, const Source& src,
   Workspace& ws = ex.ws != nullptr ? *ex.ws : local;
   const bool want_a = a.grad != nullptr, want_b = b.grad != nullptr;
   if (!want_a && !want_b) return;
+  if (scatter_in_order(a, b, src, ex, ws)) return;
   if (!want_a) return Scatter(b, nullptr, src, ex, ws).run(nullptr);
   if (!want_b) return Scatter(a, nullptr, src, ex, ws).run(nullptr);
-  if (b.groups->max_sources() <= kRowBlock) return Scatter(a, &b, src, ex, ws).run(&b);
+  if (b.grouping().max_sources() <= kRowBlock) return Scatter(a, &b, src, ex, ws).run(&b);
   // A b row used more than kRowBlock times (positions with B > 64) would need
   // its block sums spread over threads: one pass each. The second plan is
   // made before the first pass writes, in a workspace of its own.
