@@ -25,35 +25,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "peers.h"
 #include "tokpos/tokpos.h"
-
-extern "C" {
-
-// One call's buffers, as side_by_side.py fills them in (ctypes).
-struct PeerArgs {
-  float* out;            // (B, T, D)
-  const int64_t* ids;    // (B, T)
-  int64_t B, T, V, L, D;
-  const float* wte;      // (V, D)
-  const float* wpe;      // (L, D)
-  float* d_wte;          // (V, D), accumulated into
-  float* d_wpe;          // (L, D), accumulated into; may be null
-  const float* d_out;    // (B, T, D)
-  int threads;
-};
-
-enum PeerKind {
-  kTokposForward = 0,
-  kTokposBackward = 1,
-  kLoopForward = 2,
-  kLoopBackwardSerial = 3,
-  kLoopBackwardSlices = 4,
-  kGatherRowsNt = 5,
-};
-
-int peer_call(int kind, const PeerArgs* a);
-double peer_median_seconds(int kind, const PeerArgs* a, int reps);
-}
 
 namespace {
 
@@ -137,8 +110,6 @@ void gather_rows_nt(const PeerArgs& a) {
 
 }  // namespace
 
-// One call of `kind`; 0 on success, else tokpos's status (or -1 for an
-// unknown kind).
 int peer_call(int kind, const PeerArgs* a) {
   switch (kind) {
     case kTokposForward:
@@ -153,9 +124,6 @@ int peer_call(int kind, const PeerArgs* a) {
   }
 }
 
-// One untimed call, then the median of `reps` timed calls, in seconds; a
-// negative value if a call fails. tokpos's thread count is set to a->threads
-// first (the loops take it as num_threads).
 double peer_median_seconds(int kind, const PeerArgs* a, int reps) {
   tokpos_set_num_threads(a->threads);
   if (peer_call(kind, a) != 0) return -1.0;
