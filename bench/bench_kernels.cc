@@ -16,7 +16,8 @@
 // (non-temporal stores), BM_ForwardVsCopy (the forward and both copies in
 // every iteration, with forward / best copy as a counter) and
 // BM_ForwardHugeVsPlain (the forward over a token table on 2 MiB pages
-// against the same table on 4 KiB pages, alternating).
+// against the same table on 4 KiB pages, alternating). BM_VsPlainLoop puts
+// tokpos beside the plain llm.c-style loop (bench/peers.cc).
 //
 // The DLTensors and TensorViews describe the same buffers on every call, so
 // they are filled in once, before the timed loop; the ops still check every
@@ -56,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "peers.h"
 #include "tokpos/dtype.h"
 #include "tokpos/ops.h"
 #include "tokpos/position_table.h"
@@ -650,6 +652,77 @@ void BM_PositionTable(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * L * D * 4);
 }
 
+// ---------------------------------------------------------------------------
+// tokpos against the plain llm.c-style loop in the same iterations (the loop
+// is bench/peers.cc, its own translation unit built -O3 -march=native
+// -fopenmp; see bench/CMakeLists.txt), alternating which runs first.
+// range(0): threads; range(1): the shape, 0 = GPT-2, 1 = Llama-2-7B, 2 = a
+// decode step (B = 16 sequences, T = 1, Llama-2-7B's tables); range(2):
+// 0 = forward (with the gather-only line: the same token rows copied with
+// non-temporal stores, no position add), 1 = backward into both gradients
+// (the loop serial, and channel-sliced: each thread a slice of D). The time
+// reported is tokpos's; counters: each median in microseconds and
+// loop_per_tokpos (the loop's faster variant / tokpos: above 1 = tokpos
+// faster); for the forward, bits_equal = 1 when the loop's last output is
+// tokpos's, bit for bit (bench/side_by_side.py checks the backward's bits).
+Grads& llama_grads() {
+  static Grads g{std::vector<float>(static_cast<size_t>(kLlama.V * kLlama.D)),
+                 std::vector<float>(static_cast<size_t>(kLlama.L * kLlama.D))};
+  return g;
+}
+
+void BM_VsPlainLoop(benchmark::State& state) {
+  const int nt = static_cast<int>(state.range(0));
+  set_threads(nt);
+  const int64_t which = state.range(1);
+  const bool backward = state.range(2) != 0;
+  Data& d = which == 0 ? gpt2() : llama();
+  Grads& g = which == 0 ? gpt2_grads() : llama_grads();
+  Shape s = d.s;
+  if (which == 2) s.B = 16, s.T = 1;
+  std::vector<float> loop_out(static_cast<size_t>(s.B * s.T * s.D));
+  PeerArgs tok_args{d.out.data(), d.ids.data(), s.B, s.T, s.V, s.L, s.D, d.tok.data(), d.pos.data(),
+                    g.tok.data(), g.pos.data(), d.d_out.data(), nt};
+  PeerArgs loop_args = tok_args;
+  loop_args.out = loop_out.data();
+  const int kinds[3] = {backward ? kTokposBackward : kTokposForward,
+                        backward ? kLoopBackwardSerial : kLoopForward,
+                        backward ? kLoopBackwardSlices : kGatherRowsNt};
+  const PeerArgs* args[3] = {&tok_args, &loop_args, &loop_args};
+  for (int j = 0; j < 3; ++j)  // untimed: faults the buffers in, starts the thread teams
+    if (!ok(state, static_cast<tokpos_status>(peer_call(kinds[j], args[j])))) return;
+  std::vector<double> t[3];
+  bool tokpos_first = true;
+  for (auto _ : state) {
+    int st = 0;
+    for (int k = 0; k < 3; ++k) {
+      const int j = tokpos_first ? k : 2 - k;
+      t[j].push_back(seconds_of([&] {
+        st |= peer_call(kinds[j], args[j]);
+        benchmark::ClobberMemory();
+      }));
+    }
+    if (!ok(state, static_cast<tokpos_status>(st))) break;
+    tokpos_first = !tokpos_first;
+    state.SetIterationTime(t[0].back());
+  }
+  const double mt = median_of(t[0]), m1 = median_of(t[1]), m2 = median_of(t[2]);
+  state.counters["tokpos_us"] = mt * 1e6;
+  if (backward) {
+    state.counters["loop_serial_us"] = m1 * 1e6;
+    state.counters["loop_slices_us"] = m2 * 1e6;
+    state.counters["loop_per_tokpos"] = std::min(m1, m2) / mt;
+  } else {
+    state.counters["loop_us"] = m1 * 1e6;
+    state.counters["gather_us"] = m2 * 1e6;
+    state.counters["loop_per_tokpos"] = m1 / mt;
+    // The gather line last wrote loop_out; one more loop forward for the bits.
+    peer_call(kLoopForward, &loop_args);
+    state.counters["bits_equal"] =
+        std::memcmp(loop_out.data(), d.out.data(), loop_out.size() * sizeof(float)) == 0 ? 1 : 0;
+  }
+}
+
 // Each entry point's benchmarks with the same arguments, registered next to
 // each other (old_c, op_c, op_plan for one argument set, then the next set),
 // so that a slow minute on a shared machine hits the three alike, and names
@@ -737,6 +810,11 @@ std::vector<std::vector<int64_t>> product(const std::vector<std::vector<int64_t>
       ->Arg(1)
       ->ArgNames({"tokens"})
       ->Unit(benchmark::kNanosecond)
+      ->UseManualTime();
+  benchmark::RegisterBenchmark("BM_VsPlainLoop", BM_VsPlainLoop)
+      ->ArgsProduct({{1, 2}, {0, 1, 2}, {0, 1}})
+      ->ArgNames({"threads", "shape", "bwd"})
+      ->Unit(benchmark::kMicrosecond)
       ->UseManualTime();
   benchmark::RegisterBenchmark("BM_SinusoidalTable", BM_SinusoidalTable)
       ->Arg(1)

@@ -46,3 +46,29 @@ def test_quick_rope_run_agrees(tmp_path):
         for impl in ("tokpos", "tokpos_out", "eager", "copy"):
             assert row[impl] > 0, (impl, row)
         assert "compile" not in row
+
+
+def test_side_by_side_peers_run_and_match_bits():
+    # The plain loop, the torch peers and the gather line run beside tokpos at
+    # the decode shape; the loop's forward and both backwards are checked bit
+    # for bit against tokpos's in the run, and ggml's status is said.
+    peers = os.path.join(ROOT, "build", "lib", "libtokpos_peers.so")
+    if not os.path.exists(peers):
+        pytest.skip(f"{peers} is not built (cmake --build build --target tokpos_peers)")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "side_by_side.py"), "--quick", "--no-compile", "--rounds", "1",
+         "--threads", "2", "--shapes", "decode", "--impls", "tokpos,loop,isel,ebag,gather"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    bits = [line for line in proc.stdout.splitlines() if line.strip().startswith("decode     t=2:")]
+    assert bits == ["  decode     t=2: forward bitwise equal, backward serial bitwise equal, "
+                    "backward channel slices bitwise equal"], output
+    assert "\nggml: " in proc.stdout, output
+    for peer in ("loop", "isel", "ebag"):
+        assert f"decode t=2 fwd at least as fast as {peer}" in proc.stdout, output
+        assert f"decode t=2 bwd at least as fast as {peer}" in proc.stdout, output
