@@ -269,20 +269,10 @@ void add_in_order(const GradTarget& a, const GradTarget& b, const Source& src, i
   const int64_t ahead = ga == nullptr ? 0 : prefetch_rows_ahead(len * 4);
   for (int64_t i = 0; i < N; ++i) {
     if (ahead > 0 && i + ahead < N && a.rows[i + ahead] >= 0) prefetch_pages(ga + a.rows[i + ahead] * as + d0, len * 4);
-    const float* __restrict s = src.row(i) + d0;
+    const float* s = src.row(i) + d0;
     float* const pa = ga != nullptr && a.rows[i] >= 0 ? ga + a.rows[i] * as + d0 : nullptr;
     float* const pb = gb != nullptr && b.rows[i] >= 0 ? gb + b.rows[i] * bs + d0 : nullptr;
-    if (pa != nullptr && pb != nullptr) {
-      float* __restrict x = pa;
-      float* __restrict y = pb;
-      for (int64_t d = 0; d < len; ++d) {
-        const float v = s[d];
-        x[d] += v;
-        y[d] += v;
-      }
-    } else if (float* __restrict g = pa != nullptr ? pa : pb; g != nullptr) {
-      for (int64_t d = 0; d < len; ++d) g[d] += s[d];
-    }
+    add_row2(pa, pb, s, len);
   }
 }
 
