@@ -12,6 +12,7 @@
 #include "tokpos/dtype.h"
 #include "tokpos/error.h"
 #include "tokpos/files.h"
+#include "tokpos/ggml_type.h"
 #include "tokpos/npy.h"
 #include "tokpos/ops.h"
 #include "tokpos/position_table.h"
