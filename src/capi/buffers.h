@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <span>
 #include <string>
 
@@ -29,14 +30,21 @@ struct Size {
 // The element count of a buffer of these sizes: each >= its min
 // (Error(kInvalidArgument) "B = -1 must be >= 0"), their product addressable
 // (Error(kSizeOverflow) "B*T*D = 1099511627776 * 1073741824 overflows ...").
+// The product's name ("B*T*D") is spelled only when it fails, so a call that
+// passes builds no string.
 inline int64_t count_of(const char* fn, std::initializer_list<Size> sizes) {
-  std::string product;
-  for (const Size& s : sizes) {
-    detail::check_at_least(fn, s.name, s.value, s.min);
-    product += (product.empty() ? "" : "*") + std::string(s.name);
-  }
+  for (const Size& s : sizes) detail::check_at_least(fn, s.name, s.value, s.min);
   int64_t n = 1;
-  for (const Size& s : sizes) n = detail::checked_mul(fn, product.c_str(), n, s.value);
+  for (const Size& s : sizes) {
+    int64_t r = 0;
+    if (__builtin_mul_overflow(n, s.value, &r) ||
+        static_cast<uint64_t>(r) > std::numeric_limits<size_t>::max() / sizeof(float)) {
+      std::string product;
+      for (const Size& q : sizes) product += (product.empty() ? "" : "*") + std::string(q.name);
+      detail::checked_mul(fn, product.c_str(), n, s.value);  // throws the message it always gave
+    }
+    n = r;
+  }
   return n;
 }
 

@@ -180,44 +180,52 @@ auto allocating(const char* where, const char* what, F&& f) {
 // that another thread changed since they were checked give garbage rows,
 // never rows outside the tables. position_bound: the bound the positions
 // were checked against, at most INT64_MAX (so position_limit cannot overflow).
+// with_token_rows = false: only the gradient rows (a backward reads no others).
+void fill_plan(RowPlan::Impl* p, const Batch& b, int64_t V, int64_t start, const LookupOptions& o,
+               bool with_positions, int64_t position_bound, bool with_token_rows) {
+  p->ndim = b.ids.ndim;
+  p->B = b.B;
+  p->T = b.T;
+  p->V = V;
+  p->padding_idx = o.padding_idx;
+  if (is_shard(o)) p->shard = o.shard;
+  const auto N = static_cast<size_t>(b.B * b.T);
+  if (with_positions) {
+    p->positions.resize(N);
+    const kernels::Index pi = index_of(b.pos_ids);
+    size_t n = 0;
+    for (int64_t bb = 0; bb < b.B; ++bb)
+      for (int64_t t = 0; t < b.T; ++t, ++n) {
+        p->positions[n] = pi.data ? pi.within(bb, t, position_bound, 0) : start + t;  // start + t: checked
+        p->position_limit = std::max(p->position_limit, p->positions[n] + 1);
+      }
+  }
+  if (V < 0) return;
+  if (with_token_rows) p->token_rows.resize(N);
+  p->grad_rows.resize(N);
+  const kernels::Index ids = index_of(b.ids);
+  size_t n = 0;
+  for (int64_t bb = 0; bb < b.B; ++bb)
+    for (int64_t t = 0; t < b.T; ++t, ++n) {
+      const int64_t id = ids.at(bb, t);
+      int64_t row = 0;
+      if (is_shard(o)) {  // padding_idx is a global id
+        row = shard_row(o, V, id);
+        p->grad_rows[n] = id == o.padding_idx ? -1 : row;
+      } else {
+        row = (id >= 0 && id < V) ? id : o.unk_id;
+        p->grad_rows[n] = row == o.padding_idx ? -1 : row;
+      }
+      if (with_token_rows) p->token_rows[n] = row;
+    }
+}
+
 std::shared_ptr<RowPlan::Impl> make_plan(const char* where, const Batch& b, int64_t V, int64_t start,
                                          const LookupOptions& o, bool with_positions,
                                          int64_t position_bound) {
   return allocating(where, "the row plan", [&] {
     auto p = std::make_shared<RowPlan::Impl>();
-    p->ndim = b.ids.ndim;
-    p->B = b.B;
-    p->T = b.T;
-    p->V = V;
-    p->padding_idx = o.padding_idx;
-    if (is_shard(o)) p->shard = o.shard;
-    const auto N = static_cast<size_t>(b.B * b.T);
-    if (with_positions) {
-      p->positions.resize(N);
-      const kernels::Index pi = index_of(b.pos_ids);
-      size_t n = 0;
-      for (int64_t bb = 0; bb < b.B; ++bb)
-        for (int64_t t = 0; t < b.T; ++t, ++n) {
-          p->positions[n] = pi.data ? pi.within(bb, t, position_bound, 0) : start + t;  // start + t: checked
-          p->position_limit = std::max(p->position_limit, p->positions[n] + 1);
-        }
-    }
-    if (V < 0) return p;
-    p->token_rows.resize(N);
-    p->grad_rows.resize(N);
-    const kernels::Index ids = index_of(b.ids);
-    size_t n = 0;
-    for (int64_t bb = 0; bb < b.B; ++bb)
-      for (int64_t t = 0; t < b.T; ++t, ++n) {
-        const int64_t id = ids.at(bb, t);
-        if (is_shard(o)) {  // padding_idx is a global id
-          p->token_rows[n] = shard_row(o, V, id);
-          p->grad_rows[n] = id == o.padding_idx ? -1 : p->token_rows[n];
-          continue;
-        }
-        p->token_rows[n] = (id >= 0 && id < V) ? id : o.unk_id;
-        p->grad_rows[n] = p->token_rows[n] == o.padding_idx ? -1 : p->token_rows[n];
-      }
+    fill_plan(p.get(), b, V, start, o, with_positions, position_bound, /*with_token_rows=*/true);
     return p;
   });
 }
@@ -557,9 +565,15 @@ void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table
   }
   if (g.d_pos.present) check_positions(where, b, start, g.d_pos.shape[0], "d_pos_table");
   if (b.B * b.T == 0 || (!g.d_tok.present && !g.d_pos.present)) return;
-  const auto plan = make_plan(where, b, V, start, o, /*with_positions=*/g.d_pos.present,
-                              g.d_pos.present ? g.d_pos.shape[0] : 0);
-  run_backward(g, *plan, ctx);
+  // The call's own plan, on the stack: no shared ownership, and no token rows
+  // beside the gradient rows (only a forward reads those).
+  RowPlan::Impl plan;
+  allocating(where, "the row plan", [&] {
+    fill_plan(&plan, b, V, start, o, /*with_positions=*/g.d_pos.present, g.d_pos.present ? g.d_pos.shape[0] : 0,
+              /*with_token_rows=*/false);
+    return 0;
+  });
+  run_backward(g, plan, ctx);
 }
 
 void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table, const DLTensor& d_out,
