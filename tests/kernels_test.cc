@@ -163,8 +163,8 @@ double relative_difference(double a, double b) {
 
 // The comparison itself: bit for bit at tolerance 0, else relative.
 TEST(Kernels, AgreementFollowsTheDeclaredTolerance) {
-  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr, nullptr};
-  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr, nullptr};
+  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr, nullptr, nullptr};
+  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr, nullptr, nullptr};
   const std::vector<float> want{1.0f, -2.0f, 0.0f, HUGE_VALF};
   EXPECT_TRUE(agrees(exact, want, want));
   EXPECT_FALSE(agrees(exact, want, {1.0f, -2.0f, -0.0f, HUGE_VALF}));  // -0 is other bits

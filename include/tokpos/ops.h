@@ -195,6 +195,30 @@ TOKPOS_API void compose_forward(const DLTensor& out, const DLTensor& ids, const 
 TOKPOS_API void compose_forward(const DLTensor& out, const RowPlan& plan, const DLTensor& token_table,
                                 const DLTensor* pos_table = nullptr, const Context* ctx = nullptr);
 
+// A token table in one of ggml's types, as llama.cpp's GGUF files hold it:
+// blocks is a (V, row_bytes) uint8 tensor (inner stride 1), row r the raw
+// blocks of token r; ggml_type is ggml's type value (tokpos/ggml_type.h);
+// dim is D. Types: f32, f16, bf16 (read as those dtypes: blocks' rows must
+// be aligned to the element size) and q8_0, q4_0, q4_1, q5_0, q5_1, q2_K,
+// q3_K, q4_K, q5_K, q6_K, q8_K. D must be a whole number of the type's
+// blocks and row_bytes its row size (ggml_row_bytes), else an error naming
+// the type and its block size. Each looked-up row equals ggml's
+// dequantize_row_<type> bit for bit; the position row is added in float as
+// the float forward adds it. There is no backward: a quantized table is
+// read-only (compose_backward_quantized is the named error).
+struct QuantizedTable {
+  const DLTensor* blocks = nullptr;
+  int ggml_type = 0;
+  int64_t dim = 0;
+};
+TOKPOS_API void compose_forward(const DLTensor& out, const DLTensor& ids, const QuantizedTable& token_table,
+                                const DLTensor* pos_table = nullptr, const DLTensor* position_ids = nullptr,
+                                int64_t start = 0, const LookupOptions& options = {},
+                                const Context* ctx = nullptr);
+// Always Error(kUnimplemented) naming the type: the gradient of a quantized
+// table is not defined (dequantize it to float32 to train it).
+[[noreturn]] TOKPOS_API void compose_backward_quantized(const QuantizedTable& token_table, const char* where = nullptr);
+
 // d_token_table (V, D) += d_out rows grouped by token row (padding_idx
 // skipped); d_pos_table (L, D) += d_out rows grouped by position. Either may
 // be null. Gradients and d_out must be float32 (else kUnimplemented).

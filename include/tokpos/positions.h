@@ -31,6 +31,11 @@ namespace tokpos {
 // Mask values other than 0 and 1 are Error(kInvalidArgument) naming the value
 // and its (b, s).
 TOKPOS_API void position_ids_from_mask(const DLTensor* mask, const DLTensor* out);
+// The same with pad_value where mask is 0: transformers 5.x's generation
+// (GenerationMixin._prepare_position_ids_for_generation) puts 0 there, 4.x's
+// prepare_inputs_for_generation put 1 (the function above). Any int64 is
+// accepted: the value is written, never used as an index here.
+TOKPOS_API void position_ids_from_mask(const DLTensor* mask, const DLTensor* out, int64_t pad_value);
 // The same on a row-major int64 mask (B, S); returns (B, T) row-major.
 TOKPOS_API std::vector<int64_t> position_ids_from_mask(std::span<const int64_t> mask, int64_t B, int64_t S,
                                                        int64_t T);

@@ -14,10 +14,10 @@ namespace {
 
 using Doubles = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-void position_ids_from_mask(const OutArray& out, const InArray& mask) {
+void position_ids_from_mask(const OutArray& out, const InArray& mask, int64_t pad_value) {
   const Tensor o(out, "out"), m(mask, "attention_mask");
   nb::gil_scoped_release release;
-  tokpos::position_ids_from_mask(&m.dl, &o.dl);
+  tokpos::position_ids_from_mask(&m.dl, &o.dl, pad_value);
 }
 
 void roberta_position_ids(const OutArray& out, const InArray& ids, int64_t padding_idx, int64_t past_length) {
@@ -59,7 +59,8 @@ void alibi_bias(const OutArray& out, const Doubles& slopes, const InArray& q_pos
 }  // namespace
 
 void bind_positions(nb::module_& m) {
-  m.def("position_ids_from_mask", &position_ids_from_mask, nb::arg("out"), nb::arg("attention_mask"));
+  m.def("position_ids_from_mask", &position_ids_from_mask, nb::arg("out"), nb::arg("attention_mask"),
+        nb::arg("pad_value"));
   m.def("roberta_position_ids", &roberta_position_ids, nb::arg("out"), nb::arg("input_ids"),
         nb::arg("padding_idx"), nb::arg("past_length"));
   m.def("packed_position_ids", &packed_position_ids, nb::arg("out"), nb::arg("cu_seqlens"), nb::arg("start"));

@@ -84,11 +84,26 @@ def _empty(shape, dtype: str, framework: str):
     return np.empty(shape, dtype=np.dtype(dtype))
 
 
-def position_ids_from_mask(attention_mask, num_new_tokens=None):
+# The value transformers puts at pads (mask 0) when it makes position ids
+# for generation; see position_ids_from_mask.
+TRANSFORMERS_PAD_POSITION = 0
+
+
+def position_ids_from_mask(attention_mask, num_new_tokens=None, pad_value=TRANSFORMERS_PAD_POSITION):
     """transformers' generation rule (GPT-2, Llama, ...): attention_mask
     (B, S) covers the cached tokens and the new ones; along each row the
-    position is cumsum(mask) - 1, and 1 where mask is 0 (a pad). Returns the
-    last num_new_tokens columns (all S when None) as int64 (B, T)."""
+    position is cumsum(mask) - 1, and pad_value where mask is 0 (a pad).
+    Returns the last num_new_tokens columns (all S when None) as int64 (B, T).
+
+    pad_value defaults to 0, what transformers 5.x puts at pads:
+    GenerationMixin._prepare_position_ids_for_generation does
+    ``attention_mask.long().cumsum(-1) - 1`` then
+    ``masked_fill(attention_mask == 0, 0)`` (transformers/generation/utils.py,
+    5.24). transformers 4.x's prepare_inputs_for_generation (GPT-2, Llama, ...)
+    did ``masked_fill_(attention_mask == 0, 1)``: pass pad_value=1 for that
+    (and for tokpos releases before this argument). Real tokens get the same
+    positions either way; only the pads' rows differ."""
+    pad_value = _count("pad_value", pad_value)
     mask = _index_array(attention_mask, "attention_mask", allow_bool=True)
     if len(mask.shape) != 2:
         raise ValueError(f"attention_mask must be 2-D (B, S), got shape {tuple(mask.shape)}")
@@ -97,7 +112,7 @@ def position_ids_from_mask(attention_mask, num_new_tokens=None):
     if new > width:
         raise ValueError(f"num_new_tokens = {new} must be <= S = {width} (the mask's columns)")
     out = _empty((batch, new), "int64", _framework(mask))
-    _core.position_ids_from_mask(out, mask)
+    _core.position_ids_from_mask(out, mask, pad_value)
     return out
 
 

@@ -124,6 +124,34 @@ struct TypedGather {
 };
 using ComposeTypedFn = void(const TypedGather& g, const Exec& ex);
 
+// ---- Quantized token tables ----------------------------------------------------
+
+// A token table in one of ggml's block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K; the plain types F32, F16 and BF16 take
+// the Gather path): row r is the D / block_size blocks at data + r*stride
+// bytes, D a whole number of blocks (the ops layer checks it).
+struct QuantRows {
+  const uint8_t* data = nullptr;
+  int type = 0;         // ggml's type value (tokpos::GgmlType)
+  int64_t stride = 0;   // bytes from one row to the next
+};
+// out(b, t) = dequant(tok, row(b, t)) (+ pos[pos(b, t)]) rounded once to
+// out.type, where dequant(tok, r)[d] is the float ggml's dequantize_row_<type>
+// gives for element d of row r (ggml-quants.c, the operations in its order:
+// fp16 scales widened exactly, then (d * sc) * q, the min subtracted last),
+// and the position row added to it in float as the Gather path adds it.
+// Everything else (ids, UNK, shards, positions, out) as Gather, whose tok
+// field is unused.
+struct QuantGather {
+  Gather g;
+  QuantRows tok;
+};
+using ComposeQuantFn = void(const QuantGather& g, const Exec& ex);
+// The supported block types, and the reference's element d of a row (the
+// definition above, one element at a time: reference/quant.cc).
+bool is_quant_block_type(int type);
+float dequant_element_ref(int type, const uint8_t* row, int64_t d);
+
 // ---- Backward -----------------------------------------------------------------
 
 // The sources of each row, grouped: order lists the sources i (rows[i] >= 0)
@@ -234,6 +262,7 @@ struct KernelTable {
   ComposeTypedFn* compose_typed;
   IndexAddRowsFn* index_add_rows;
   ApplyRopeFn* apply_rope;
+  ComposeQuantFn* compose_quant;
 };
 
 const KernelTable& reference_kernels();

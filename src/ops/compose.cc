@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/check.h"
@@ -10,6 +12,7 @@
 #include "ops/context.h"
 #include "ops/index.h"
 #include "ops/tensor.h"
+#include "tokpos/ggml_type.h"
 #include "tokpos/ops.h"
 
 namespace tokpos::ops {
@@ -536,6 +539,125 @@ void compose_typed_forward(const DLTensor& out, const RowPlan& plan, const DLTen
   tg.eps = eps;
   if (p.B * p.T == 0 || D == 0) return;
   detail::kernels_for(ctx).compose_typed(tg, detail::exec_for(ctx));
+}
+
+// ---- Quantized tables ------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kQuantTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K";
+
+const GgmlTypeTraits& check_ggml_type(const char* where, int type) {
+  const GgmlTypeTraits* tr = ggml_type_traits(type);
+  if (tr == nullptr)
+    fail(Status::kInvalidArgument, where, "ggml_type ", type, " is not a ggml type; token tables take ", kQuantTypes);
+  const auto t = static_cast<GgmlType>(type);
+  if (t != GgmlType::kF32 && t != GgmlType::kF16 && t != GgmlType::kBF16 && !kernels::is_quant_block_type(type))
+    fail(Status::kUnimplemented, where, "ggml_type ", type, " (", tr->name, ") is not supported for a token table; ",
+         "supported: ", kQuantTypes);
+  return *tr;
+}
+
+// The blocks of a quantized table, checked against its type and D.
+View check_quantized(const char* where, const QuantizedTable& q, const GgmlTypeTraits& tr) {
+  View v = check_tensor(where, "token_blocks", q.blocks, Role::kBlocks, {2});
+  tokpos::detail::check_at_least(where, "dim", q.dim, 0);
+  const std::optional<size_t> row = ggml_row_bytes(tr, q.dim);
+  if (q.dim % tr.block_size != 0)
+    fail(Status::kInvalidArgument, where, "dim ", q.dim, " is not a whole number of ", tr.name, " blocks (block size ",
+         tr.block_size, " elements)");
+  if (!row || *row > static_cast<size_t>(INT64_MAX))
+    fail(Status::kSizeOverflow, where, "a ", tr.name, " row of dim ", q.dim, " takes more than int64 bytes");
+  if (v.shape[1] != static_cast<int64_t>(*row))
+    fail(Status::kShapeMismatch, where, "token_blocks has ", v.shape[1], " bytes per row but a ", tr.name,
+         " row of dim ", q.dim, " takes ", *row, " (", q.dim / tr.block_size, " blocks of ", tr.type_size, " bytes)");
+  return v;
+}
+
+// A plain-typed table (f32, f16, bf16) as the float table it is.
+View plain_view(const char* where, View v, const GgmlTypeTraits& tr, int64_t D) {
+  const DType d = tr.type == GgmlType::kF32 ? DType::kF32 : tr.type == GgmlType::kF16 ? DType::kF16 : DType::kBF16;
+  const auto es = static_cast<int64_t>(dtype_size(d));
+  if (v.numel > 0 && (reinterpret_cast<uintptr_t>(v.data) % es != 0 || (v.shape[0] > 1 && v.strides[0] % es != 0)))
+    fail(Status::kInvalidArgument, where, "token_blocks of type ", tr.name, " must have rows aligned to ", es,
+         " bytes (data ", static_cast<const void*>(v.data), ", row stride ", v.strides[0], " bytes)");
+  v.dtype = d;
+  v.shape[1] = D;
+  v.strides[0] = v.shape[0] > 1 ? v.strides[0] / es : D;
+  v.strides[1] = 1;
+  return v;
+}
+
+}  // namespace
+
+void compose_forward(const DLTensor& out, const DLTensor& ids, const QuantizedTable& q, const DLTensor* pos_table,
+                     const DLTensor* position_ids, int64_t start, const LookupOptions& o, const Context* ctx) {
+  const char* where = where_of(o, kForward);
+  const GgmlTypeTraits& tr = check_ggml_type(where, q.ggml_type);
+  const View blocks = check_quantized(where, q, tr);
+  const Batch b = check_batch(where, &ids, position_ids);
+  const View vout = check_tensor(where, "out", &out, Role::kOutput, {2, 3});
+  const View pos = check_tensor(where, "pos_table", pos_table, Role::kTable, {2}, true);
+  if (vout.last() != q.dim)
+    fail(Status::kShapeMismatch, where, "token table has D = ", q.dim, " but out has D = ", vout.last());
+  check_table_width(where, pos, vout.last(), "out");
+  check_no_overlap(where, vout, blocks);
+  check_no_overlap(where, vout, pos);
+  check_rows_shape(where, vout, b);
+  for (const View* in : {&b.ids, &b.pos_ids}) check_no_overlap(where, vout, *in);
+  const int64_t V = blocks.shape[0];
+  if (tr.block_size == 1) {  // f32, f16, bf16: the float forward
+    const View tok = plain_view(where, blocks, tr, q.dim);
+    if (is_shard(o)) {
+      const RowPlan plan = shard_plan(where, ids, V, position_ids, start, o);
+      if (pos.present) check_plan_table(where, plan.impl(), pos.shape[0], "pos_table");
+      run_forward(vout, &plan.impl(), nullptr, tok, pos, 0, -1, ctx);
+      return;
+    }
+    check_start(where, b, start);
+    check_ids(where, b, V, o.unk_id);
+    if (pos.present) check_positions(where, b, start, pos.shape[0], "pos_table");
+    run_forward(vout, nullptr, &b, tok, pos, start, o.unk_id, ctx);
+    return;
+  }
+  kernels::QuantGather qg;
+  kernels::Gather& g = qg.g;
+  qg.tok = {reinterpret_cast<const uint8_t*>(blocks.data), q.ggml_type, blocks.strides[0]};
+  g.out = out_rows_of(vout);
+  g.pos = rows_of(pos);
+  g.L = pos.present ? pos.shape[0] : 0;
+  g.V = V;
+  g.D = q.dim;
+  std::optional<RowPlan> plan;
+  if (is_shard(o)) {
+    plan.emplace(shard_plan(where, ids, V, position_ids, start, o));
+    const RowPlan::Impl& p = plan->impl();
+    if (pos.present) check_plan_table(where, p, pos.shape[0], "pos_table");
+    g.B = p.B;
+    g.T = p.T;
+    g.ids = kernels::Index::contiguous(p.token_rows.data(), p.T);
+    g.pos_ids = kernels::Index::contiguous(p.positions.data(), p.T);
+    g.zero_outside = true;
+  } else {
+    check_start(where, b, start);
+    check_ids(where, b, V, o.unk_id);
+    if (pos.present) check_positions(where, b, start, pos.shape[0], "pos_table");
+    g.B = b.B;
+    g.T = b.T;
+    g.ids = index_of(b.ids);
+    g.pos_ids = index_of(b.pos_ids);
+    g.start = start;
+    g.unk_id = std::max<int64_t>(o.unk_id, 0);
+  }
+  if (g.B == 0 || g.T == 0 || g.D == 0) return;
+  detail::kernels_for(ctx).compose_quant(qg, detail::exec_for(ctx));
+}
+
+void compose_backward_quantized(const QuantizedTable& q, const char* where) {
+  const char* w = where != nullptr ? where : kBackward;
+  const GgmlTypeTraits* tr = ggml_type_traits(q.ggml_type);
+  fail(Status::kUnimplemented, w, "the backward is not defined for a quantized token table (ggml_type ", q.ggml_type,
+       tr ? std::string(", ") + tr->name : std::string(), "); dequantize it to float32 to train it");
 }
 
 // ---- Backward ------------------------------------------------------------------

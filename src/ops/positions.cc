@@ -98,7 +98,8 @@ int64_t add(const char* where, const char* what, int64_t a, int64_t b) {
 
 // Row b of the (B, S) mask, columns [0, S), as cumsum - 1 with pads at 1; the
 // last T columns go to row b of out.
-void mask_rule(const char* where, int64_t B, int64_t S, int64_t T, const auto& mask_at, int64_t* out) {
+void mask_rule(const char* where, int64_t B, int64_t S, int64_t T, const auto& mask_at, int64_t* out,
+               int64_t pad_value) {
   for (int64_t b = 0; b < B; ++b) {
     int64_t sum = 0;
     for (int64_t s = 0; s < S; ++s) {
@@ -108,7 +109,7 @@ void mask_rule(const char* where, int64_t B, int64_t S, int64_t T, const auto& m
              ") is not 0 or 1");
       }
       sum += m;
-      if (s >= S - T) out[b * T + (s - (S - T))] = m == 0 ? 1 : sum - 1;
+      if (s >= S - T) out[b * T + (s - (S - T))] = m == 0 ? pad_value : sum - 1;
     }
   }
 }
@@ -172,6 +173,10 @@ double power_of_2_slope(int64_t n, int64_t i, double max_bias) {
 }  // namespace
 
 void position_ids_from_mask(const DLTensor* mask, const DLTensor* out) {
+  position_ids_from_mask(mask, out, 1);
+}
+
+void position_ids_from_mask(const DLTensor* mask, const DLTensor* out, int64_t pad_value) {
   constexpr const char* kWhere = "position_ids_from_mask";
   const View m = check_tensor(kWhere, "attention_mask", mask, Role::kIndex, {2});
   const View o = check_tensor(kWhere, "out", out, Role::kIndex, {2});
@@ -186,7 +191,7 @@ void position_ids_from_mask(const DLTensor* mask, const DLTensor* out) {
   check_no_overlap(kWhere, o, m);
   std::vector<int64_t> values(static_cast<size_t>(o.numel));
   mask_rule(kWhere, m.shape[0], m.shape[1], o.shape[1], [&](int64_t b, int64_t s) { return at2(m, b, s); },
-            values.data());
+            values.data(), pad_value);
   write_index(kWhere, o, values);
 }
 
@@ -199,7 +204,7 @@ std::vector<int64_t> position_ids_from_mask(std::span<const int64_t> mask, int64
   detail::check_size(kWhere, "attention_mask", mask.size(), detail::checked_mul(kWhere, "B*S", B, S));
   std::vector<int64_t> out(static_cast<size_t>(B * T));
   mask_rule(kWhere, B, S, T, [&](int64_t b, int64_t s) { return mask[static_cast<size_t>(b * S + s)]; },
-            out.data());
+            out.data(), 1);
   return out;
 }
 

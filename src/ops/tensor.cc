@@ -78,6 +78,7 @@ const char* role_types(Role role) {
     case Role::kOutput: return "float32, bfloat16 or float16";
     case Role::kGradient:
     case Role::kGradIn: return "float32";
+    case Role::kBlocks: return "uint8";
   }
   return "";
 }
@@ -89,6 +90,7 @@ bool role_accepts(Role role, DType d) {
     case Role::kOutput: return is_float(d);
     case Role::kGradient:
     case Role::kGradIn: return d == DType::kF32;
+    case Role::kBlocks: return false;
   }
   return false;
 }
@@ -118,7 +120,8 @@ View check_tensor(const char* where, const char* name, const DLTensor* t, Role r
          "); only kDLCPU (1) is supported");
   }
   DType d{};
-  if (!to_dtype(t->dtype, &d) || !role_accepts(role, d)) {
+  const bool raw = role == Role::kBlocks && t->dtype.code == kDLUInt && t->dtype.bits == 8 && t->dtype.lanes == 1;
+  if (!raw && (!to_dtype(t->dtype, &d) || !role_accepts(role, d))) {
     fail(Status::kUnimplemented, where, name, " has dtype ", dl_dtype_string(t->dtype), "; expected ",
          role_types(role));
   }
@@ -130,7 +133,7 @@ View check_tensor(const char* where, const char* name, const DLTensor* t, Role r
   }
   v.ndim = t->ndim;
   if (t->shape == nullptr) fail(Status::kNullPointer, where, name, "'s shape is NULL");
-  const auto esize = static_cast<int64_t>(dtype_size(d));
+  const auto esize = raw ? int64_t{1} : static_cast<int64_t>(dtype_size(d));
   int64_t numel = 1;
   for (int i = 0; i < v.ndim; ++i) {
     v.shape[i] = t->shape[i];

@@ -20,6 +20,7 @@ enum class Role {
   kOutput,    // a forward output: f32, bf16 or f16; may not overlap itself
   kGradient,  // a backward output: f32 only (bf16/f16 are kUnimplemented); may not overlap itself
   kGradIn,    // d_out: f32 only (bf16/f16 are kUnimplemented)
+  kBlocks,    // a quantized table's raw block bytes: uint8 (the View's dtype is meaningless; strides in bytes)
 };
 
 struct View {

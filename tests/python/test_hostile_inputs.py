@@ -78,7 +78,7 @@ def test_bool_lists_are_not_indices(case):
 
 
 def test_a_mask_may_be_bool():
-    np.testing.assert_array_equal(tokpos.position_ids_from_mask([[True, False, True]]), [[0, 1, 1]])
+    np.testing.assert_array_equal(tokpos.position_ids_from_mask([[True, False, True]]), [[0, 0, 1]])
     np.testing.assert_array_equal(tokpos.position_ids_from_mask(np.array([[True, True]])), [[0, 1]])
 
 

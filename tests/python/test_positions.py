@@ -14,11 +14,12 @@ import tokpos
 # ---- references ----
 
 
-def hf_mask_positions(mask, new):
-    """transformers' generation: cumsum - 1, masked_fill(mask == 0, 1)."""
+def hf_mask_positions(mask, new, pad=0):
+    """transformers' generation: cumsum - 1, masked_fill(mask == 0, pad)
+    (0 in transformers 5.x, 1 in 4.x)."""
     mask = np.asarray(mask, dtype=np.int64)
     pos = np.cumsum(mask, axis=-1) - 1
-    pos[mask == 0] = 1
+    pos[mask == 0] = pad
     return pos[:, mask.shape[1] - new:]
 
 
@@ -97,7 +98,10 @@ def test_mask_positions_match_transformers(dtype):
 
 def test_mask_positions_by_hand():
     mask = [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
-    np.testing.assert_array_equal(tokpos.position_ids_from_mask(np.array(mask)), [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4]])
+    np.testing.assert_array_equal(tokpos.position_ids_from_mask(np.array(mask)), [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
+    np.testing.assert_array_equal(
+        tokpos.position_ids_from_mask(np.array(mask), pad_value=1), [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4]]
+    )
     np.testing.assert_array_equal(tokpos.position_ids_from_mask(np.array(mask), num_new_tokens=1), [[2], [4]])
 
 

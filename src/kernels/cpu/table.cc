@@ -7,11 +7,12 @@ void compose_forward(const Gather& g, const Exec& ex);
 void compose_typed(const TypedGather& g, const Exec& ex);
 void index_add_rows(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex);
 void apply_rope(const RopeApply& r, const Exec& ex);
+void compose_quant(const QuantGather& q, const Exec& ex);  // quant.cc
 }  // namespace cpu
 
 const KernelTable& cpu_kernels() {
   static const KernelTable table{"cpu", 0.0, cpu::compose_forward, cpu::compose_typed, cpu::index_add_rows,
-                                 cpu::apply_rope};
+                                 cpu::apply_rope, cpu::compose_quant};
   return table;
 }
 

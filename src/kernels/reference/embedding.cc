@@ -120,10 +120,11 @@ void index_add_rows_ref(const GradTarget& a, const GradTarget& b, const Source& 
 }  // namespace
 
 void apply_rope_ref(const RopeApply& r, const Exec& ex);  // reference/rope.cc
+void compose_quant_ref(const QuantGather& q, const Exec& ex);  // reference/quant.cc
 
 const KernelTable& reference_kernels() {
   static const KernelTable table{"reference", 0.0, compose_forward_ref, compose_typed_ref, index_add_rows_ref,
-                                 apply_rope_ref};
+                                 apply_rope_ref, compose_quant_ref};
   return table;
 }
 

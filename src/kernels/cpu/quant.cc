@@ -1,0 +1,162 @@
+// The cpu forward from a quantized token table: for each token, each block of
+// its row dequantized (quant.h, ggml's loops) into a block-sized buffer that
+// stays in L1 (32 floats for the 32-element types: registers), the position
+// row's block added in float and the sum stored, in the same pass; the next
+// block overwrites the buffer. OpenMP over tokens as the plain forward
+// (cpu_common.h), streaming stores for outputs past the stream threshold.
+// Every element is computed by the same operations whatever the clone, the
+// thread count or the store, so the bits are the reference's.
+#if defined(__SSE2__)
+#include <immintrin.h>
+#define TOKPOS_QUANT_STREAM 1
+#endif
+
+#include <cstring>
+#include <type_traits>
+
+#include "common/convert.h"
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/kernels.h"
+
+namespace tokpos::kernels::cpu {
+namespace {
+
+using fp::bf16_t;
+using fp::f16_t;
+
+template <typename Out>
+__attribute__((always_inline)) inline Out to_out(float v) {
+  if constexpr (std::is_same_v<Out, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<Out, bf16_t>) {
+    return fp::to_bf16(v);
+  } else {
+    return fp::to_f16(v);
+  }
+}
+
+// o[0, n) = y[0, n) (+ p[0, n)), rounded to Out. n is a block (32 or 256
+// elements, a multiple of 16 bytes of any Out), so with o 16-byte aligned
+// every store of the streamed form is aligned.
+template <typename Pos, typename Out, int kN>
+__attribute__((always_inline)) inline void emit(Out* __restrict o, float* __restrict y, const Pos* __restrict p,
+                                                bool stream) {
+  if (p != nullptr)
+    for (int j = 0; j < kN; ++j) y[j] = y[j] + fp::to_f32(p[j]);
+#ifdef TOKPOS_QUANT_STREAM
+  if (stream) {
+    if constexpr (std::is_same_v<Out, float>) {
+      for (int j = 0; j < kN; j += 4) _mm_stream_ps(o + j, _mm_load_ps(y + j));
+    } else {
+      alignas(64) Out bits[kN];
+      for (int j = 0; j < kN; ++j) bits[j] = to_out<Out>(y[j]);
+      for (int j = 0; j < kN; j += 8)
+        _mm_stream_si128(reinterpret_cast<__m128i*>(o + j), _mm_load_si128(reinterpret_cast<const __m128i*>(bits + j)));
+    }
+    return;
+  }
+#endif
+  (void)stream;
+  for (int j = 0; j < kN; ++j) o[j] = to_out<Out>(y[j]);
+}
+
+// Tokens [n0, n1) of a table of type kType.
+template <GgmlType kType, typename Pos, typename Out>
+__attribute__((always_inline)) inline void rows(const QuantGather& q, int64_t n0, int64_t n1, bool stream) {
+  using Blk = quant::Block<kType>;
+  constexpr int kN = Blk::kSize;
+  const Gather& g = q.g;
+  if (n1 <= n0) return;
+  Out* out = static_cast<Out*>(g.out.data);
+  const Pos* pos = static_cast<const Pos*>(g.pos.data);
+  const int64_t T = g.T, D = g.D, V = g.V, ps = g.pos.stride, ts = q.tok.stride;
+  const int64_t nblocks = D / kN, row_bytes = nblocks * Blk::kBytes;
+  auto pos_row = [&](int64_t b, int64_t t) -> const Pos* {
+    if (pos == nullptr) return nullptr;
+    return pos + (g.pos_ids.data ? g.pos_ids.within(b, t, g.L, 0) : g.start + t) * ps;
+  };
+  const bool decode = n1 - n0 <= kDecodeTokens;
+  const int64_t ahead = decode ? 0 : prefetch_rows_ahead(row_bytes);
+  if (decode && prefetch_bytes() != 0) {
+    for (int64_t m = n0; m < n1; ++m) {
+      const int64_t id = g.ids.at(m / T, m % T);
+      if (id >= 0 && id < V) prefetch_pages(q.tok.data + id * ts, row_bytes);
+    }
+  }
+  alignas(64) float y[kN];
+  for (int64_t n = n0; n < n1; ++n) {
+    if (ahead > 0 && n + ahead < n1) {
+      const int64_t na = n + ahead, id = g.ids.at(na / T, na % T);
+      if (id >= 0 && id < V) prefetch_row(q.tok.data + id * ts, row_bytes);
+    }
+    const int64_t b = n / T, t = n % T;
+    const int64_t id = g.ids.at(b, t);
+    const int64_t ix = (id >= 0 && id < V) ? id : g.unk_id;
+    const Pos* p = pos_row(b, t);
+    Out* o = out + b * g.out.sb + t * g.out.st;
+    if (ix != id && g.zero_outside) [[unlikely]] {
+      for (int64_t d = 0; d < D; ++d) o[d] = to_out<Out>(p != nullptr ? fp::to_f32(p[d]) : 0.0f);
+      continue;
+    }
+    const bool aligned = reinterpret_cast<uintptr_t>(o) % 16 == 0;
+    const uint8_t* row = q.tok.data + ix * ts;
+    for (int64_t k = 0; k < nblocks; ++k) {
+      Blk::dequant(row + k * Blk::kBytes, y);
+      emit<Pos, Out, kN>(o + k * kN, y, p == nullptr ? nullptr : p + k * kN, stream && aligned);
+    }
+  }
+#ifdef TOKPOS_QUANT_STREAM
+  if (stream) _mm_sfence();
+#endif
+}
+
+template <GgmlType kType, typename Pos>
+__attribute__((always_inline)) inline void rows_out(const QuantGather& q, int64_t n0, int64_t n1, bool stream) {
+  switch (q.g.out.type) {
+    case DType::kBF16: return rows<kType, Pos, bf16_t>(q, n0, n1, stream);
+    case DType::kF16: return rows<kType, Pos, f16_t>(q, n0, n1, stream);
+    default: return rows<kType, Pos, float>(q, n0, n1, stream);
+  }
+}
+
+template <GgmlType kType>
+__attribute__((always_inline)) inline void rows_pos(const QuantGather& q, int64_t n0, int64_t n1, bool stream) {
+  switch (q.g.pos.type) {
+    case DType::kBF16: return rows_out<kType, bf16_t>(q, n0, n1, stream);
+    case DType::kF16: return rows_out<kType, f16_t>(q, n0, n1, stream);
+    default: return rows_out<kType, float>(q, n0, n1, stream);
+  }
+}
+
+// One dispatch point per ISA, as gather.cc's gather_range: flatten inlines
+// every block loop into each clone.
+TOKPOS_KERNEL_CLONES __attribute__((flatten)) void quant_range(const QuantGather& q, int64_t n0, int64_t n1,
+                                                               bool stream) {
+  switch (static_cast<GgmlType>(q.tok.type)) {
+    case GgmlType::kQ8_0: return rows_pos<GgmlType::kQ8_0>(q, n0, n1, stream);
+    case GgmlType::kQ4_0: return rows_pos<GgmlType::kQ4_0>(q, n0, n1, stream);
+    case GgmlType::kQ4_1: return rows_pos<GgmlType::kQ4_1>(q, n0, n1, stream);
+    case GgmlType::kQ5_0: return rows_pos<GgmlType::kQ5_0>(q, n0, n1, stream);
+    case GgmlType::kQ5_1: return rows_pos<GgmlType::kQ5_1>(q, n0, n1, stream);
+    case GgmlType::kQ2_K: return rows_pos<GgmlType::kQ2_K>(q, n0, n1, stream);
+    case GgmlType::kQ3_K: return rows_pos<GgmlType::kQ3_K>(q, n0, n1, stream);
+    case GgmlType::kQ4_K: return rows_pos<GgmlType::kQ4_K>(q, n0, n1, stream);
+    case GgmlType::kQ5_K: return rows_pos<GgmlType::kQ5_K>(q, n0, n1, stream);
+    case GgmlType::kQ6_K: return rows_pos<GgmlType::kQ6_K>(q, n0, n1, stream);
+    case GgmlType::kQ8_K: return rows_pos<GgmlType::kQ8_K>(q, n0, n1, stream);
+    default: return;  // the ops layer admits only the types above
+  }
+}
+
+}  // namespace
+
+void compose_quant(const QuantGather& q, const Exec& ex) {
+  const Gather& g = q.g;
+  const int64_t N = g.B * g.T;
+  const auto out_bytes = static_cast<int64_t>(N * g.D * static_cast<int64_t>(dtype_size(g.out.type)));
+  const bool stream = N > kDecodeTokens && out_bytes >= ex.stream_min_bytes;
+  over_token_ranges(ex, N, N * g.D, [&](int64_t n0, int64_t n1) { quant_range(q, n0, n1, stream); });
+}
+
+}  // namespace tokpos::kernels::cpu
