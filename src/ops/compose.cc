@@ -606,18 +606,22 @@ void compose_forward(const DLTensor& out, const DLTensor& ids, const QuantizedTa
   check_rows_shape(where, vout, b);
   for (const View* in : {&b.ids, &b.pos_ids}) check_no_overlap(where, vout, *in);
   const int64_t V = blocks.shape[0];
-  if (tr.block_size == 1) {  // f32, f16, bf16: the float forward
-    const View tok = plain_view(where, blocks, tr, q.dim);
-    if (is_shard(o)) {
-      const RowPlan plan = shard_plan(where, ids, V, position_ids, start, o);
-      if (pos.present) check_plan_table(where, plan.impl(), pos.shape[0], "pos_table");
-      run_forward(vout, &plan.impl(), nullptr, tok, pos, 0, -1, ctx);
-      return;
-    }
+  // f32, f16, bf16 are read as the float table they are.
+  const std::optional<View> tok =
+      tr.block_size == 1 ? std::optional<View>(plain_view(where, blocks, tr, q.dim)) : std::nullopt;
+  // The ids: a shard's plan, or the ids, start and positions checked in place.
+  std::optional<RowPlan> plan;
+  if (is_shard(o)) {
+    plan.emplace(shard_plan(where, ids, V, position_ids, start, o));
+    if (pos.present) check_plan_table(where, plan->impl(), pos.shape[0], "pos_table");
+  } else {
     check_start(where, b, start);
     check_ids(where, b, V, o.unk_id);
     if (pos.present) check_positions(where, b, start, pos.shape[0], "pos_table");
-    run_forward(vout, nullptr, &b, tok, pos, start, o.unk_id, ctx);
+  }
+  if (tok) {  // the float forward
+    if (plan) run_forward(vout, &plan->impl(), nullptr, *tok, pos, 0, -1, ctx);
+    else run_forward(vout, nullptr, &b, *tok, pos, start, o.unk_id, ctx);
     return;
   }
   kernels::QuantGather qg;
@@ -628,20 +632,14 @@ void compose_forward(const DLTensor& out, const DLTensor& ids, const QuantizedTa
   g.L = pos.present ? pos.shape[0] : 0;
   g.V = V;
   g.D = q.dim;
-  std::optional<RowPlan> plan;
-  if (is_shard(o)) {
-    plan.emplace(shard_plan(where, ids, V, position_ids, start, o));
+  if (plan) {
     const RowPlan::Impl& p = plan->impl();
-    if (pos.present) check_plan_table(where, p, pos.shape[0], "pos_table");
     g.B = p.B;
     g.T = p.T;
     g.ids = kernels::Index::contiguous(p.token_rows.data(), p.T);
     g.pos_ids = kernels::Index::contiguous(p.positions.data(), p.T);
     g.zero_outside = true;
   } else {
-    check_start(where, b, start);
-    check_ids(where, b, V, o.unk_id);
-    if (pos.present) check_positions(where, b, start, pos.shape[0], "pos_table");
     g.B = b.B;
     g.T = b.T;
     g.ids = index_of(b.ids);

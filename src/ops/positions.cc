@@ -96,7 +96,7 @@ int64_t add(const char* where, const char* what, int64_t a, int64_t b) {
   return r;
 }
 
-// Row b of the (B, S) mask, columns [0, S), as cumsum - 1 with pads at 1; the
+// Row b of the (B, S) mask, columns [0, S), as cumsum - 1 with pads at pad_value; the
 // last T columns go to row b of out.
 void mask_rule(const char* where, int64_t B, int64_t S, int64_t T, const auto& mask_at, int64_t* out,
                int64_t pad_value) {
