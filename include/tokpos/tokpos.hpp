@@ -13,6 +13,7 @@
 #include "tokpos/error.h"
 #include "tokpos/files.h"
 #include "tokpos/ggml_type.h"
+#include "tokpos/gguf.h"
 #include "tokpos/npy.h"
 #include "tokpos/ops.h"
 #include "tokpos/position_table.h"
