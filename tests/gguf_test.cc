@@ -19,6 +19,8 @@
 #include "expect_error.h"
 #include "tokpos/error.h"
 #include "tokpos/gguf.h"
+#include "tokpos/npy.h"
+#include "tokpos/ops.h"
 
 namespace {
 
@@ -194,6 +196,36 @@ TEST(Gguf, UnreadableAndNonRegularFilesAreIoErrors) {
   const auto empty = scratch("empty.gguf");
   std::ofstream(empty).close();
   expect_error([&] { GgufFile::open(empty); }, Status::kCorruptFile, {empty, "at byte 0: magic needs 4 bytes"});
+}
+
+// Each token table, looked up through the ops straight from the file's
+// bytes, equals gguf-py's gguf.quants.dequantize of the same rows bit for bit
+// (dequant/TYPE.npy; gguf-py has no q8_K dequantizer).
+TEST(Gguf, TokenTablesLookUpAsGgufPyDequantizes) {
+  for (const char* type : {"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {
+    SCOPED_TRACE(type);
+    const auto f = GgufFile::open(data(std::string("token_embd_") + type + ".gguf"));
+    const auto& t = f.tensor("token_embd.weight");
+    const auto want = tokpos::read_npy(data(std::string("dequant/") + type + ".npy"));
+    ASSERT_EQ(want.descr, "<f4");
+    ASSERT_EQ(want.shape, t.shape());
+    const int64_t V = t.shape()[0], D = t.shape()[1];
+    const auto bytes = f.bytes(t.name);
+    const int64_t row_bytes = static_cast<int64_t>(bytes.size()) / V;
+    tokpos::TensorView blocks_view(bytes.data(), tokpos::DType::kI32, {V, row_bytes});
+    DLTensor blocks = blocks_view;
+    blocks.dtype = {kDLUInt, 8, 1};
+    std::vector<int64_t> ids(static_cast<size_t>(V));
+    for (int64_t v = 0; v < V; ++v) ids[static_cast<size_t>(v)] = V - 1 - v;  // every row, reversed
+    std::vector<float> got(static_cast<size_t>(V * D), -7.0f);
+    tokpos::TensorView iv(ids.data(), tokpos::DType::kI64, {1, V});
+    tokpos::TensorView ov(got.data(), tokpos::DType::kF32, {1, V, D});
+    tokpos::ops::compose_forward(ov, iv, tokpos::ops::QuantizedTable{&blocks, static_cast<int>(t.ggml_type), D});
+    for (int64_t v = 0; v < V; ++v) {
+      EXPECT_EQ(0, std::memcmp(got.data() + (V - 1 - v) * D, want.data.data() + v * D * 4, static_cast<size_t>(D) * 4))
+          << "row " << v;
+    }
+  }
 }
 
 // --- Crafted files ---
