@@ -152,9 +152,10 @@ void configure_cli(CLI::App& app, Commands& c) {
   auto& embed = c.embed;
   c.embed_cmd =
       app.add_subcommand("embed", "Run a checkpoint's input stage (GPT-2 or BERT) on token ids");
-  c.embed_cmd->add_option("--weights", embed.weights, "FILE.safetensors")->required();
-  c.embed_cmd->add_option("--preset", embed.preset, "gpt2|bert")
+  c.embed_cmd->add_option("--weights", embed.weights, "FILE.safetensors or FILE.gguf")->required();
+  c.embed_cmd->add_option("--preset", embed.preset, "gpt2|bert (a GGUF file names its own architecture)")
       ->check(CLI::IsMember({"gpt2", "bert"}))
+      ->each([&embed](const std::string&) { embed.preset_given = true; })
       ->capture_default_str();
   c.embed_cmd->add_option("--ids", embed.ids, "Token ids, e.g. 101,7592,2088,102 (batch rows separated by ';')")
       ->required();
@@ -177,6 +178,12 @@ void configure_cli(CLI::App& app, Commands& c) {
       "bert: LayerNorm eps (default 1e-12)");
   c.embed_cmd->add_flag("--no-layer-norm", embed.no_layer_norm, "bert: stop at the sum before LayerNorm");
   c.embed_cmd->add_option("--out", embed.out, "Write the (B, T, D) output as FILE.npy");
+
+  auto& inspect = c.inspect;
+  c.inspect_cmd = app.add_subcommand(
+      "inspect", "List a safetensors or GGUF file's metadata and tensors (type, shape, bytes)");
+  c.inspect_cmd->add_option("file", inspect.file, "FILE.safetensors or FILE.gguf")->required();
+  c.inspect_cmd->add_flag("--json", inspect.json, "One JSON object instead of the table");
 
   auto& plot = c.plot;
   c.plot_cmd = app.add_subcommand("plot", "Draw the diagnostics as PNG and SVG pictures");

@@ -6,6 +6,7 @@
 
 #include "frontend/demo_report.h"
 #include "embed.h"
+#include "inspect.h"
 #include "plots.h"
 #include "rope_cmd.h"
 #include "serve/server.h"
@@ -25,6 +26,7 @@ struct Commands {
   TableCommand table;
   RopeCommand rope;
   EmbedCommand embed;
+  InspectCommand inspect;
   plot::PlotOptions plot;
   serve::ServeOptions serve;
   LabCommand lab_c;
@@ -33,6 +35,7 @@ struct Commands {
   CLI::App* table_cmd = nullptr;
   CLI::App* rope_cmd = nullptr;
   CLI::App* embed_cmd = nullptr;
+  CLI::App* inspect_cmd = nullptr;
   CLI::App* plot_cmd = nullptr;
   CLI::App* serve_cmd = nullptr;
   CLI::App* lab_cmd = nullptr;

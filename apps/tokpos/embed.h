@@ -9,8 +9,9 @@
 namespace tokpos::app {
 
 struct EmbedCommand {
-  std::string weights;           // FILE.safetensors
-  std::string preset = "bert";   // gpt2 | bert
+  std::string weights;           // FILE.safetensors, or FILE.gguf (read by its general.architecture)
+  std::string preset = "bert";   // gpt2 | bert (safetensors only)
+  bool preset_given = false;     // --preset was on the command line (refused for GGUF)
   std::string ids;               // "101,7592,2088,102"; rows of a batch separated by ';'
   std::string token_types;       // bert: same shape as ids (default all 0)
   std::string mask;              // gpt2: (B, past + T) attention mask, 0/1, for left padding

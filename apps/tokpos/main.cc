@@ -3,6 +3,7 @@
 //   table  an exact position table, in any published layout, as .npy
 //   rope   RoPE inverse frequencies and cos/sin caches, any scaling, as .npy
 //   embed  a real checkpoint's input stage (GPT-2, BERT) on given token ids
+//   inspect  what a safetensors or GGUF file holds: metadata and tensors
 //   plot   the diagnostics as pictures (PNG and SVG)
 //   serve  an interactive page and a JSON API on a local port
 //   lab    a lesson's kit: the C lab to do, the PyTorch lesson to run
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     if (*c.table_cmd) tokpos::app::run_table(c.table, std::cout);
     if (*c.rope_cmd) tokpos::app::run_rope(c.rope, std::cout);
     if (*c.embed_cmd) tokpos::app::run_embed(c.embed, std::cout);
+    if (*c.inspect_cmd) tokpos::app::run_inspect(c.inspect, std::cout);
     if (*c.plot_cmd) tokpos::plot::make_plots(c.plot, std::cout);
     if (*c.lab_c_cmd) tokpos::app::run_lab("c", c.lab_c, std::cout);
     if (*c.lab_pytorch_cmd) tokpos::app::run_lab("pytorch", c.lab_pytorch, std::cout);
