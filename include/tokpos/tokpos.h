@@ -475,6 +475,70 @@ TOKPOS_API tokpos_status tokpos_embedding_forward(const int64_t* token_ids, int6
                                                   const float* token_table, int64_t vocab_size,
                                                   int64_t hidden_dim, int64_t unk_id, float* out);
 
+/* ---- GGUF files (llama.cpp's format; tokpos/gguf.h) ------------------- *
+ *
+ * tokpos_gguf_open maps a GGUF v2 or v3 file and validates all of it first
+ * (every check of tokpos::GgufFile::open: counts against the file size,
+ * strings, value types, alignment, every tensor's dims, type, block count
+ * and data range, unique names and keys); a bad file is
+ * TOKPOS_CORRUPT_FILE naming the file, the offset, the field, the value and
+ * its limit, and a path that is not a regular file TOKPOS_IO_ERROR. Every
+ * pointer handed out (names, keys, string bytes, tensor data, the blocks
+ * DLTensor) points into the handle and stays valid until tokpos_gguf_free.
+ * The file must not be truncated while it is mapped (SIGBUS). */
+typedef struct tokpos_gguf tokpos_gguf;
+TOKPOS_API tokpos_status tokpos_gguf_open(tokpos_gguf** out, const char* path);
+TOKPOS_API void tokpos_gguf_free(tokpos_gguf* f); /* NULL: nothing */
+/* The file's version (2 or 3), general.alignment (32 when absent), and its
+ * numbers of tensors and of metadata keys. Any output may be NULL. */
+TOKPOS_API tokpos_status tokpos_gguf_counts(const tokpos_gguf* f, uint32_t* version, uint64_t* alignment,
+                                            int64_t* n_tensors, int64_t* n_keys);
+
+typedef struct tokpos_gguf_tensor {
+  const char* name;  /* NUL-terminated */
+  int32_t ggml_type; /* ggml's type value (tokpos/ggml_type.h): 0 f32, 1 f16, 8 q8_0, 14 q6_K, ... */
+  int32_t n_dims;    /* 1..4 */
+  int64_t dims[4];   /* ne[0] first, as in the file: dims[0] is the row length D */
+  uint64_t nbytes;   /* the tensor's bytes */
+  const void* data;  /* its bytes in the mapping (zero copy) */
+  /* The data as a (rows, row_bytes) uint8 DLTensor, rows the product of
+   * dims[1..]: a token table's token_blocks for
+   * tokpos_op_compose_forward_ggml with ggml_type and dim = dims[0]. */
+  DLTensor blocks;
+} tokpos_gguf_tensor;
+/* Tensor `index` in the file's order (0 <= index < n_tensors), or by name
+ * (TOKPOS_INVALID_ARGUMENT naming a name the file lacks). */
+TOKPOS_API tokpos_status tokpos_gguf_tensor_at(const tokpos_gguf* f, int64_t index, tokpos_gguf_tensor* out);
+TOKPOS_API tokpos_status tokpos_gguf_find_tensor(const tokpos_gguf* f, const char* name, tokpos_gguf_tensor* out);
+
+/* GGUF's value types, as the file stores them. */
+typedef enum tokpos_gguf_type {
+  TOKPOS_GGUF_UINT8 = 0, TOKPOS_GGUF_INT8 = 1, TOKPOS_GGUF_UINT16 = 2, TOKPOS_GGUF_INT16 = 3,
+  TOKPOS_GGUF_UINT32 = 4, TOKPOS_GGUF_INT32 = 5, TOKPOS_GGUF_FLOAT32 = 6, TOKPOS_GGUF_BOOL = 7,
+  TOKPOS_GGUF_STRING = 8, TOKPOS_GGUF_ARRAY = 9, TOKPOS_GGUF_UINT64 = 10, TOKPOS_GGUF_INT64 = 11,
+  TOKPOS_GGUF_FLOAT64 = 12
+} tokpos_gguf_type;
+/* Metadata key `index` in the file's order: its key (NUL-terminated), its
+ * type, and for an array its element type and count (else *elem_type = -1,
+ * *count = 1). Any output but key may be NULL. */
+TOKPOS_API tokpos_status tokpos_gguf_key_at(const tokpos_gguf* f, int64_t index, const char** key, int32_t* type,
+                                            int32_t* elem_type, uint64_t* count);
+/* The index of `key`, or -1 when the file has no such key (TOKPOS_OK either way). */
+TOKPOS_API tokpos_status tokpos_gguf_find_key(const tokpos_gguf* f, const char* key, int64_t* index);
+/* The value of key `index` (element -1), or element `element` of an array
+ * value, converted as tokpos::GgufValue converts it: an integer type to
+ * int64 or uint64 where it fits, FLOAT32/FLOAT64 to double (exact), BOOL to
+ * 0/1 through the int64 getter, STRING as its bytes (not NUL-terminated)
+ * and length. A value of another type, an element past the array, or
+ * element -1 of an array is TOKPOS_INVALID_ARGUMENT naming the key. Arrays
+ * of arrays are read through C++ or Python. */
+TOKPOS_API tokpos_status tokpos_gguf_get_int64(const tokpos_gguf* f, int64_t index, int64_t element, int64_t* out);
+TOKPOS_API tokpos_status tokpos_gguf_get_uint64(const tokpos_gguf* f, int64_t index, int64_t element,
+                                                uint64_t* out);
+TOKPOS_API tokpos_status tokpos_gguf_get_double(const tokpos_gguf* f, int64_t index, int64_t element, double* out);
+TOKPOS_API tokpos_status tokpos_gguf_get_string(const tokpos_gguf* f, int64_t index, int64_t element,
+                                                const char** data, uint64_t* length);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
