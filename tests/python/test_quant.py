@@ -3,7 +3,8 @@ llama.cpp's own Python package, gguf (gguf.quants): for every token-table
 type, rows of blocks made by gguf.quants.quantize (where gguf-py can quantize
 the type) and of random raw blocks with finite scales, composed with a
 position table, equal gguf.quants.dequantize of the same rows plus the
-position rows, bit for bit.
+position rows, bit for bit. Every type also goes through a GGUF file
+written by gguf's GGUFWriter and mapped by its GGUFReader, read in place.
 
 gguf-py computes in numpy, with the operations of ggml's C dequantize_row_*
 in the same order ((d * sc) * q, the min subtracted last, float32
@@ -111,6 +112,29 @@ def test_rows_equal_gguf_dequantize_plus_positions(name, source):
     got = tokpos.compose(ids, table, pos, start=start)
     assert got.dtype == np.float32
     assert_same_bits(got, want)
+
+
+@pytest.mark.parametrize("name", QUANTIZED + PLAIN)
+def test_a_gguf_file_written_by_gguf_py_read_back_in_place(name, tmp_path):
+    # llama.cpp's writer puts the table in a file; its reader maps it; tokpos reads the mapped rows.
+    rng = np.random.default_rng(sum(map(ord, name)))
+    block, _ = sizes(name)
+    V, D = 6, 2 * max(block, 32)
+    rows = (quantized_rows if name in GGUF_QUANTIZES else random_rows)(name, V, D, rng)
+    path = tmp_path / "model.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("token_embd.weight", rows, raw_dtype=qtype(name))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tensor = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "token_embd.weight")
+    data = tensor.data.view(np.uint8)  # f32 and f16 come back typed, the block types as bytes
+    table = tokpos.QuantizedTable(data, tensor.tensor_type)
+    assert table.shape == (V, D) and table.data.ctypes.data == tensor.data.ctypes.data
+    ids = np.array([[5, 0, 2, 2]])
+    pos = rng.uniform(-1, 1, size=(4, D)).astype(np.float32)
+    assert_same_bits(tokpos.compose(ids, table, pos)[0], dequantized(name, np.asarray(data)[ids[0]]) + pos)
 
 
 def test_q8_k_is_not_in_gguf_py():
