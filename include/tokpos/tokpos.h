@@ -103,6 +103,28 @@ TOKPOS_API tokpos_status tokpos_op_compose_forward(const DLTensor* out, const DL
                                                    const DLTensor* position_ids, /* may be NULL */
                                                    int64_t start);
 
+/* The same from a token table in one of ggml's types, as llama.cpp's GGUF
+ * files hold it: token_blocks (V, row_bytes) uint8 (kDLUInt 8), row v the raw
+ * ggml blocks of token v, inner stride 1; ggml_type ggml's enum ggml_type
+ * value: F32 0, F16 1, Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q2_K 10,
+ * Q3_K 11, Q4_K 12, Q5_K 13, Q6_K 14, Q8_K 15, BF16 30; dim D. Checked, as
+ * for every op, before anything is written: ggml_type a ggml type
+ * (TOKPOS_INVALID_ARGUMENT) and one of these (TOKPOS_UNIMPLEMENTED); D a
+ * whole number of the type's blocks (TOKPOS_INVALID_ARGUMENT naming the type
+ * and its block size) and row_bytes = D / block_size * the block's bytes
+ * (TOKPOS_SHAPE_MISMATCH); F32, F16 and BF16 rows aligned to their element
+ * size. out, ids, pos_table and position_ids as above. Each looked-up row
+ * equals ggml's dequantize_row_<type> bit for bit; the position row is
+ * added in float32 as tokpos_op_compose_forward adds it. There is no
+ * backward: a quantized table is read-only (dequantize it to train it).
+ * (tokpos::ops::compose_forward with a QuantizedTable.) */
+TOKPOS_API tokpos_status tokpos_op_compose_forward_ggml(const DLTensor* out, const DLTensor* ids,
+                                                        const DLTensor* token_blocks, int32_t ggml_type,
+                                                        int64_t dim,
+                                                        const DLTensor* pos_table,    /* may be NULL */
+                                                        const DLTensor* position_ids, /* may be NULL */
+                                                        int64_t start);
+
 /* d_token_table (V, D) += d_out rows grouped by id; d_pos_table (L, D) +=
  * d_out rows grouped by position. Either gradient may be NULL. Gradients and
  * d_out must be float32 (else TOKPOS_UNIMPLEMENTED). Only rows that appear

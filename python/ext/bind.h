@@ -69,5 +69,6 @@ void bind_positions(nb::module_& m);
 void bind_rope(nb::module_& m);
 void bind_shard(nb::module_& m);
 void bind_diagnostics(nb::module_& m);
+void bind_quant(nb::module_& m);  // quant.cc
 
 }  // namespace tokpos::python

@@ -264,4 +264,5 @@ NB_MODULE(_core, m) {
   tokpos::python::bind_shard(m);
   tokpos::python::bind_frontend(m);
   tokpos::python::bind_diagnostics(m);
+  tokpos::python::bind_quant(m);
 }

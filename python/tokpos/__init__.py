@@ -34,6 +34,9 @@ from ._arrays import require_cpu as _require_cpu
 from .diagnostics import *  # noqa: F401,F403  (the lesson's diagnostics on any table)
 from .diagnostics import __all__ as _diagnostics_all
 from .positions import *  # noqa: F401,F403  (position ids, ALiBi)
+from .quant import QuantizedTable  # noqa: F401  (ggml block tables)
+from .quant import as_quantized as _as_quantized
+from .quant import is_quantized as _is_quantized
 from .rope import *  # noqa: F401,F403  (RoPE)
 from .positions import __all__ as _positions_all
 from .rope import __all__ as _rope_all
@@ -42,6 +45,7 @@ __version__ = _core.version()
 
 __all__ = [
     "__version__",
+    "QuantizedTable",
     "compose",
     "compose_backward",
     "get_num_threads",
@@ -154,7 +158,14 @@ def compose(ids, token_table, pos_table=None, *, position_ids=None, start: int =
     when given, else start + t. ids (B, T) gives (B, T, D); ids (N) gives
     (N, D). pos_table None: token rows only. out (optional) is written in
     place and returned; otherwise a new array of token_table's dtype, in the
-    caller's framework, is returned."""
+    caller's framework, is returned.
+
+    token_table may be a tokpos.QuantizedTable, or any object with ggml_type,
+    data and shape (a GGUF file's tensor): each row is dequantized as ggml's
+    dequantize_row_<type> does, bit for bit, and the out it returns is
+    float32 (out= may be float32 or bfloat16)."""
+    if _is_quantized(token_table):
+        return _compose_quantized(ids, _as_quantized(token_table), pos_table, position_ids, start, out)
     ids = _array(ids, "ids", index=True)
     token_table = _array(token_table, "token_table")
     pos_table = _array(pos_table, "pos_table")
@@ -170,6 +181,21 @@ def compose(ids, token_table, pos_table=None, *, position_ids=None, start: int =
     else:
         out = _writable(_array(out, "out"), "out")
     _core.compose(out, ids, token_table, pos_table, position_ids, start, -1, "tokpos.compose")
+    return out
+
+
+def _compose_quantized(ids, table, pos_table, position_ids, start, out):
+    ids = _array(ids, "ids", index=True)
+    pos_table = _array(pos_table, "pos_table")
+    position_ids = _array(position_ids, "position_ids", index=True)
+    start = _count("start", start, 0)
+    if out is None:
+        out = _empty(tuple(ids.shape) + (table.shape[1],), "float32",
+                     _framework(ids, table.data, pos_table, position_ids))
+    else:
+        out = _writable(_array(out, "out"), "out")
+    _core.compose_ggml(out, ids, table.data, table.ggml_type, table.shape[1], pos_table, position_ids, start,
+                       "tokpos.compose")
     return out
 
 
