@@ -4,11 +4,11 @@
 // the bytes are opened from a file, or it throws tokpos::Error. Nothing it
 // allocates is sized beyond the file (-rss_limit_mb reports it otherwise).
 //
-// Inputs that start with "TI" instead describe up to 4,096 tensor infos
-// (dims, ggml types, offsets and names drawn from the input), written here
-// after a sound header and followed by a data section of a size the input
-// picks: the range, alignment, overlap and duplicate checks get inputs that
-// pass everything before them.
+// Inputs that start with "TI" instead describe up to 4,081 tensor infos
+// (dims, ggml types, offsets, names and one damage or none each, drawn from
+// the input), written here after a sound header and followed by a data
+// section of a size the input picks: the range, alignment, overlap and
+// duplicate checks get inputs that pass everything before them.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -31,7 +31,11 @@ void put_string(std::vector<uint8_t>& b, const std::string& s) {
   b.insert(b.end(), s.begin(), s.end());
 }
 
-// "TI", a count byte, a data-size byte, then 4 bytes per tensor.
+// "TI", a count byte, a byte for the alignment and the data size, then 4
+// bytes per tensor (its type and rank, row length, other dims, and whether
+// and how it is damaged; at most 3,360 bytes of data each). Sound tensors
+// are laid out back to back, so most files pass every check but the one a
+// damaged tensor fails.
 std::vector<uint8_t> tensor_infos(const uint8_t* data, size_t size) {
   const size_t n = 1 + size_t{data[2]} * 16;
   const uint8_t* pick = data + 4;
@@ -43,33 +47,40 @@ std::vector<uint8_t> tensor_infos(const uint8_t* data, size_t size) {
   put64(b, 1);
   put_string(b, "general.alignment");
   put32(b, 4);
-  const uint32_t alignment = 1u << (data[3] & 7);  // 1 .. 128
-  put32(b, alignment);
-  static const uint32_t kTypes[] = {0, 1, 8, 2, 12, 14, 30, 4};  // f32 f16 q8_0 q4_0 q4_K q6_K bf16, and 4 (no type)
+  const uint64_t alignment = uint64_t{1} << (data[3] & 7);  // 1 .. 128
+  put32(b, static_cast<uint32_t>(alignment));
+  struct Type {
+    uint32_t id;
+    uint64_t block, bytes;
+  };
+  // f32 f16 q8_0 q4_0 q4_K q6_K bf16 q2_K
+  static const Type kTypes[] = {{0, 1, 4},     {1, 1, 2},     {8, 32, 34}, {2, 32, 18},
+                                {12, 256, 144}, {14, 256, 210}, {30, 1, 2},  {10, 256, 84}};
   uint64_t offset = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint8_t p = at(4 * i), q = at(4 * i + 1), r = at(4 * i + 2), s = at(4 * i + 3);
-    put_string(b, "t" + std::to_string(s == 0xff ? i / 2 : i));  // 1 in 256: a name seen before
-    const uint32_t type = kTypes[p & 7];
+    put_string(b, "t" + std::to_string(s == 0xff ? i / 2 : i));  // 0xff: a name seen before
+    const Type& type = kTypes[p & 7];
     const uint32_t n_dims = 1 + ((p >> 3) & 3);
     put32(b, n_dims);
-    const uint64_t block = type == 12 || type == 14 ? 256 : type == 8 || type == 2 ? 32 : 1;
-    uint64_t ne0 = block * (1 + (q & 3));
-    if (q & 0x80) ne0 += 1;  // not a whole number of blocks
+    const uint64_t ne0 = type.block * (1 + (q & 1)) + (s == 0xfa ? 1 : 0);  // 0xfa: not whole blocks
     put64(b, ne0);
-    for (uint32_t d = 1; d < n_dims; ++d) put64(b, (r >> (2 * d)) & 3);  // 0 now and then
-    put32(b, type);
+    uint64_t rows = 1;
+    for (uint32_t d = 1; d < n_dims; ++d) {
+      const uint64_t ne = s == 0xfc ? 0 : 1 + ((r >> d) & 1);  // 0xfc: a dim of 0
+      put64(b, ne);
+      rows *= ne;
+    }
+    put32(b, s == 0xfb ? 4 : type.id);  // 0xfb: ggml type 4, removed
     uint64_t begin = offset;
-    if ((r & 3) == 3 && begin >= alignment) begin -= alignment;  // overlaps the previous one
-    if (s == 0xfe) begin += 1;                                    // misaligned
-    put64(b, begin);
-    // Bytes to the next tensor: this one's, rounded up, from an estimate of its size.
-    const uint64_t estimate = 64 * (1 + (q & 3)) * (1 + ((r >> 2) & 3));
-    offset = begin + (estimate + alignment - 1) / alignment * alignment;
+    if (s == 0xfd && begin >= alignment) begin -= alignment;  // 0xfd: overlaps the previous tensor
+    put64(b, s == 0xfe ? begin + 1 : begin);                  // 0xfe: misaligned
+    const uint64_t nbytes = ne0 / type.block * type.bytes * rows;
+    offset = begin + (nbytes + alignment - 1) / alignment * alignment;
   }
   while (b.size() % alignment != 0) b.push_back(0);
-  // The data section: as long as the offsets reach, less a little now and then.
-  const uint64_t cut = (data[3] >> 3) * uint64_t{7};
+  // The data section: as long as the offsets reach, or cut short when data[3] says so.
+  const uint64_t cut = (data[3] >> 3) & 1 ? (data[3] >> 4) + uint64_t{1} : 0;
   b.resize(b.size() + (offset > cut ? offset - cut : 0), 0x5a);
   return b;
 }
