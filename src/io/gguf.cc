@@ -242,7 +242,10 @@ void GgufParser::parse(GgufFile& f) {
   }
 
   // 2. The key/value pairs.
-  f.metadata_.reserve(static_cast<size_t>(n_kv));
+  // metadata_ and tensors_ grow as entries are read rather than being
+  // reserved by the counts: an entry in memory is several times the bytes
+  // it may take in the file, so a count is only trusted as far as entries
+  // are actually there.
   for (uint64_t i = 0; i < n_kv; ++i) {
     const uint64_t at = pos;
     const auto key = read_string("kv ", i, " key");
@@ -263,8 +266,7 @@ void GgufParser::parse(GgufFile& f) {
 
   // 3. The tensor infos.
   std::vector<uint64_t> info_at;  // where each info starts, for the errors of step 4
-  f.tensors_.reserve(static_cast<size_t>(n_tensors));
-  info_at.reserve(static_cast<size_t>(n_tensors));
+  info_at.reserve(static_cast<size_t>(n_tensors));  // 8 bytes for each info's 32 or more
   for (uint64_t i = 0; i < n_tensors; ++i) {
     const uint64_t at = pos;
     GgufTensorInfo t;
