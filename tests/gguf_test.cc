@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "replaced_new.h"
 #include "tokpos/error.h"
 #include "tokpos/gguf.h"
 #include "tokpos/npy.h"
@@ -507,6 +508,49 @@ TEST(Gguf, HundredThousandTensorsParseAndADuplicateIsFound) {
   EXPECT_EQ(f.tensor("t99999").offset, 99999u * 32);
   c.tensors[kN - 1].name = "t5";
   expect_refused(c, {"tensor name 't5' appears twice (tensor 5 and tensor 99999)"});
+}
+
+// Counts as large as the checks allow, followed by a megabyte of zeros:
+// refused or read, no single allocation is larger than the file
+// (replaced_new.h fails any that is, with std::bad_alloc, not a
+// tokpos::Error).
+TEST(Gguf, NoAllocationIsLargerThanTheFile) {
+  constexpr uint64_t kRest = 1 << 20;
+  auto header = [](uint64_t n_tensors, uint64_t n_kv) {
+    Bytes b;
+    b.v = {'G', 'G', 'U', 'F'};
+    b.u32(3).u64(n_tensors).u64(n_kv);
+    return b;
+  };
+  auto zeros = [&](Bytes b) {
+    b.v.resize(b.v.size() + kRest, 0);
+    return b.v;
+  };
+  auto parse_bounded = [](const std::vector<uint8_t>& bytes) {
+    tokpos::testing::t_min_bytes = bytes.size() + 1;
+    tokpos::testing::t_count = 0;
+    tokpos::testing::t_fail_at = 1;
+    try {
+      const auto f = parse(bytes);
+      tokpos::testing::t_fail_at = 0;
+      return f.metadata().size() + f.tensors().size();
+    } catch (...) {
+      tokpos::testing::t_fail_at = 0;
+      throw;
+    }
+  };
+  // 32,768 tensor infos announced: the first has n_dims 0.
+  const auto infos = zeros(header(kRest / 32, 0));
+  expect_error([&] { parse_bounded(infos); }, Status::kCorruptFile, {"tensor '': n_dims 0 is outside [1, 4]"});
+  // 80,659 pairs announced: the second has the first one's (empty) key.
+  const auto pairs = zeros(header(0, kRest / 13));
+  expect_error([&] { parse_bounded(pairs); }, Status::kCorruptFile, {"key '' appears twice (kv 0 and kv 1)"});
+  // Arrays of 131,072 empty strings and of 87,381 empty arrays fill the file exactly, and are read.
+  EXPECT_EQ(parse_bounded(zeros(header(0, 1).str("s").u32(9).u32(8).u64(kRest / 8))), 1u);
+  Bytes nested = header(0, 1).str("n").u32(9).u32(9).u64(kRest / 12);
+  auto nested_bytes = zeros(nested);
+  nested_bytes.resize(nested_bytes.size() - kRest % 12);
+  EXPECT_EQ(parse_bounded(nested_bytes), 1u);
 }
 
 }  // namespace
