@@ -54,7 +54,7 @@ std::vector<uint8_t> tensor_infos(const uint8_t* data, size_t size) {
     uint64_t block, bytes;
   };
   // f32 f16 q8_0 q4_0 q4_K q6_K bf16 q2_K
-  static const Type kTypes[] = {{0, 1, 4},     {1, 1, 2},     {8, 32, 34}, {2, 32, 18},
+  static const Type kTypes[] = {{0, 1, 4},      {1, 1, 2},      {8, 32, 34}, {2, 32, 18},
                                 {12, 256, 144}, {14, 256, 210}, {30, 1, 2},  {10, 256, 84}};
   uint64_t offset = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -99,9 +99,7 @@ uint64_t walk(const tokpos::GgufValue& v) {
     case T::kFloat32:
     case T::kFloat64: sum += v.to_double() > 0; break;
     case T::kBool: sum += v.to_bool(); break;
-    default:
-      try {
-        sum += static_cast<uint64_t>(v.to_int64());
+    default: try { sum += static_cast<uint64_t>(v.to_int64());
       } catch (const tokpos::Error&) {
         sum += v.to_uint64();  // a UINT64 above INT64_MAX
       }
