@@ -380,6 +380,10 @@ TEST(Gguf, WrongMagicVersionOneAndBigEndianAreRefusedByName) {
   expect_refused(c, {"version 4 is not supported (only 2 and 3)"});
   c.version = 0x03000000;  // 3, written big-endian
   expect_refused(c, {"version 50331648 reads as 3 byte-swapped: a big-endian file"});
+  c.version = 0x02000000;
+  expect_refused(c, {"version 33554432 reads as 2 byte-swapped: a big-endian file"});
+  c.version = 0x00020000;  // not a byte-swapped version either
+  expect_refused(c, {"version 131072 is not supported (only 2 and 3)"});
 }
 
 TEST(Gguf, CountsTheFileCannotHoldAreRefusedBeforeAnyAllocation) {

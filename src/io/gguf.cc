@@ -220,8 +220,9 @@ void GgufParser::parse(GgufFile& f) {
   const auto version = read<uint32_t>("version");
   if (version == 1)
     corrupt(4, "version 1 (GGUF v1, with 32-bit counts) is not supported; only versions 2 and 3");
-  if ((version & 0xffff) == 0 && (version >> 16) != 0) {
-    corrupt(4, "version ", version, " reads as ", __builtin_bswap32(version),
+  // A big-endian file's version 1, 2 or 3, read little-endian.
+  if (const uint32_t swapped = __builtin_bswap32(version); swapped >= 1 && swapped <= 3) {
+    corrupt(4, "version ", version, " reads as ", swapped,
             " byte-swapped: a big-endian file, which is not supported (little-endian versions 2 and 3 only)");
   }
   if (version != 2 && version != 3) corrupt(4, "version ", version, " is not supported (only 2 and 3)");
