@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -361,6 +362,16 @@ TEST(Gguf, TruncatedAtEveryByteIsRefused) {
   for (size_t n = 0; n < whole.size(); ++n) {
     SCOPED_TRACE(n);
     const std::vector<uint8_t> cut(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(n));
+    expect_error([&] { parse(cut); }, Status::kCorruptFile, {std::string("gguf: ") + kName + ": at byte "});
+  }
+  // The same for the file gguf-py wrote, with a value of every type.
+  std::ifstream in(data("gpt2_tiny.gguf"), std::ios::binary);
+  const std::vector<uint8_t> written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(written.size(), 2000u);
+  EXPECT_EQ(parse(written).tensors().size(), 2u);
+  for (size_t n = 0; n < written.size(); ++n) {
+    SCOPED_TRACE(n);
+    const std::vector<uint8_t> cut(written.begin(), written.begin() + static_cast<std::ptrdiff_t>(n));
     expect_error([&] { parse(cut); }, Status::kCorruptFile, {std::string("gguf: ") + kName + ": at byte "});
   }
   // Cut inside the data: the last tensor's range is named.
