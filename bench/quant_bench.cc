@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <fstream>
 #include <string>
@@ -568,9 +569,18 @@ struct Result {
   bool pos;
   int threads;
   std::string type;
-  double quant, f32, copy, plain;
+  double wall[4];  // medians, seconds: quant, f32, copy, plain
+  double cpu[4];   // the calling thread's CPU time (1 thread only: all four run on it)
   size_t out_bytes;
 };
+
+// The calling thread's CPU seconds: at 1 thread every line runs on the
+// calling thread, so this leaves out the time other processes held the core.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // A DLTensor over caller memory, row-major, as a C caller fills it in.
 struct Dl {
@@ -605,7 +615,16 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"llama", "tiny"}));
   app.add_option("--reps", reps, "timed repetitions per prefill case after one warm-up (decode: 5x)")
       ->check(CLI::Range(1, 1000));
+  std::vector<std::string> type_names;
+  std::vector<std::string> known;
+  for (const TypeCase& c : kCases) known.push_back(c.name);
+  app.add_option("--types", type_names, "the types to time (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(known));
   CLI11_PARSE(app, argc, argv);
+  auto chosen = [&](const TypeCase& c) {
+    return type_names.empty() || std::find(type_names.begin(), type_names.end(), c.name) != type_names.end();
+  };
   if (quick) reps = 3;
 
   const bool tiny = shape_name == "tiny";
@@ -640,6 +659,7 @@ int run(int argc, char** argv) {
   std::vector<Result> results;
   int mismatches = 0;
   for (const TypeCase& c : kCases) {
+    if (!chosen(c)) continue;
     const tokpos::GgmlTypeTraits* tr = tokpos::ggml_type_by_name(c.name);
     if (tr == nullptr) {
       std::fprintf(stderr, "ggml type %s unknown to tokpos\n", c.name);
@@ -686,10 +706,11 @@ int run(int argc, char** argv) {
         for (const int threads : thread_counts) {
           tokpos::Context ctx;
           ctx.set_num_threads(threads);
-          std::vector<double> t[4];
+          std::vector<double> t[4], u[4];
           auto run = [&](int line, bool timed) {
             const int64_t* id = ids.data() + static_cast<size_t>(N) * set++;
             const Dl ids_dl(id, kI64, {s.B, s.T});
+            const double c0 = thread_cpu_seconds();
             const auto t0 = std::chrono::steady_clock::now();
             switch (line) {
               case 0:
@@ -704,13 +725,15 @@ int run(int argc, char** argv) {
                               s.start, D, threads);
             }
             const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (timed) t[line].push_back(dt);
+            const double dc = thread_cpu_seconds() - c0;
+            if (timed) t[line].push_back(dt), u[line].push_back(dc);
           };
           for (int line = 0; line < 4; ++line) run(line, false);
           for (int r = 0; r < r_count; ++r)
             for (int k = 0; k < 4; ++k) run((r + k) % 4, true);
-          results.push_back({s.name, with_pos, threads, c.name, median_of(t[0]), median_of(t[1]),
-                             median_of(t[2]), median_of(t[3]), out_bytes});
+          Result res{s.name, with_pos, threads, c.name, {}, {}, out_bytes};
+          for (int k = 0; k < 4; ++k) res.wall[k] = median_of(t[k]), res.cpu[k] = median_of(u[k]);
+          results.push_back(res);
         }
       }
     }
@@ -726,20 +749,30 @@ int run(int argc, char** argv) {
                     static_cast<long long>(s.B), static_cast<long long>(s.T),
                     with_pos ? "f32 position table added" : "no position table (token rows only)", threads,
                     threads == 1 ? "" : "s", s.T == 1 ? 5 * reps : reps);
-        std::printf("  %-5s %10s %8s %10s %7s %10s %7s %10s %7s\n", "type", "tokpos", "GB/s", "f32 fwd",
-                    "/f32", "copy", "/copy", "plain", "/plain");
+        std::printf("  %-5s %10s %7s %10s %6s %10s %6s %10s %6s", "type", "tokpos", "GB/s", "f32 fwd", "/f32",
+                    "copy", "/copy", "plain", "/plain");
+        if (threads == 1) std::printf(" | %10s %6s %6s %6s", "cpu tokpos", "/f32", "/copy", "/plain");
+        std::printf("\n");
         for (const Result& r : results) {
           if (r.shape != s.name || r.pos != with_pos || r.threads != threads) continue;
-          std::printf("  %-5s %10s %8.2f %10s %6.2fx %10s %6.2fx %10s %6.2fx\n", r.type.c_str(),
-                      fmt_time(r.quant).c_str(), static_cast<double>(r.out_bytes) / r.quant * 1e-9,
-                      fmt_time(r.f32).c_str(), r.quant / r.f32, fmt_time(r.copy).c_str(), r.quant / r.copy,
-                      fmt_time(r.plain).c_str(), r.quant / r.plain);
+          const double* w = r.wall;
+          std::printf("  %-5s %10s %7.2f %10s %5.2fx %10s %5.2fx %10s %5.2fx", r.type.c_str(),
+                      fmt_time(w[0]).c_str(), static_cast<double>(r.out_bytes) / w[0] * 1e-9,
+                      fmt_time(w[1]).c_str(), w[0] / w[1], fmt_time(w[2]).c_str(), w[0] / w[2],
+                      fmt_time(w[3]).c_str(), w[0] / w[3]);
+          if (threads == 1) {
+            const double* u = r.cpu;
+            std::printf(" | %10s %5.2fx %5.2fx %5.2fx", fmt_time(u[0]).c_str(), u[0] / u[1], u[0] / u[2],
+                        u[0] / u[3]);
+          }
+          std::printf("\n");
         }
         std::printf("\n");
       }
   std::printf(
-      "Ratios are tokpos's quantized forward / the line's time, from the same run (below 1: tokpos "
-      "faster). GB/s: output bytes / tokpos's median.\n\n");
+      "Ratios are tokpos's quantized forward / the line's median, from the same run (below 1: tokpos "
+      "faster). GB/s: output bytes / tokpos's wall median. cpu (1 thread): the same from the thread's CPU "
+      "time, which leaves out the time other processes held the core.\n\n");
 
   std::printf("Table memory, V %lld x D %lld\n  %-5s %12s %9s %9s\n", static_cast<long long>(V),
               static_cast<long long>(D), "type", "MiB", "of f32", "bits/wt");
