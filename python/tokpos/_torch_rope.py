@@ -24,10 +24,17 @@ from ._torch_ops import plain as _plain
 from ._torch_ops import require_cpu as _require_cpu
 
 
-def _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse) -> Tensor:
-    """The rotation of x into a new contiguous tensor of x's shape and dtype:
-    the custom op's body and the inference path both run it."""
-    out = torch.empty(x.shape, dtype=x.dtype)
+def _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse, heads_last=False) -> Tensor:
+    """The rotation of x into a new tensor of x's shape and dtype: the custom
+    op's body and the inference path both run it. Contiguous, or with
+    heads_last its (…, H, T, D) transpose is (the memory order of a
+    heads-first caller's x)."""
+    if heads_last:
+        shape = list(x.shape)
+        shape[-3], shape[-2] = shape[-2], shape[-3]
+        out = torch.empty(shape, dtype=x.dtype).transpose(-3, -2)
+    else:
+        out = torch.empty(x.shape, dtype=x.dtype)
     _rope.apply_rope(
         _plain(x),
         _plain(positions),
@@ -36,6 +43,7 @@ def _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor
         rotary_dim=rotary_dim,
         attention_factor=attention_factor,
         inverse=inverse,
+        heads_first=False,  # x is the kernel's (…, T, H, D) view by now
         out=out,
     )
     return out
@@ -97,11 +105,15 @@ def apply_rope(
     rotary_dim: Optional[int] = None,
     attention_factor: float = 1.0,
     inverse: bool = False,
+    heads_first: Optional[bool] = None,
 ) -> Tensor:
     """tokpos.apply_rope with autograd: a new tensor, x rotated by RoPE.
 
-    x (B, T, H, D) with positions (B, T), or (T, H, D) with positions (T)
-    (a (B, H, T, D) tensor goes in as x.transpose(1, 2)); x float32,
+    x (B, T, H, D) with positions (B, T) or (1, T) (broadcast over B), or
+    (T, H, D) with positions (T); heads_first=True reads x as transformers
+    holds q and k, (B, H, T, D) or (H, T, D), and returns that layout; None
+    reads the one whose T axis has positions' length and raises ValueError
+    naming both readings when both have it (H == T); x float32,
     bfloat16 or float16, positions int32 or int64; inv_freq the float64
     frequencies of tokpos.rope_frequencies (a tensor or a numpy array). The
     first rotary_dim = 2 * len(inv_freq) dims of each head rotate, in the
@@ -132,10 +144,17 @@ def apply_rope(
         if t.device.type != "cpu":
             raise ValueError(f"tokpos.torch.apply_rope: {name} is on {t.device}; only CPU tensors are supported")
     inverse = bool(inverse)
+    where = "tokpos.torch.apply_rope"
+    heads_first = _rope._rope_heads_first(where, tuple(x.shape), tuple(positions.shape), heads_first)
+    positions = _rope._batch_positions(positions, tuple(x.shape))
+    if heads_first:
+        x = x.transpose(-3, -2)  # the kernel's (…, T, H, D) view, no copy
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
-        return _apply_rope_op(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
-    # Inference: the kernel directly, without the dispatcher.
-    return _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
+        y = _apply_rope_op(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
+    else:
+        # Inference: the kernel directly, without the dispatcher.
+        y = _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse, heads_first)
+    return y.transpose(-3, -2) if heads_first else y
 
 
 _SEQ_LEN_TYPES = ("dynamic", "longrope")
@@ -201,10 +220,16 @@ class RotaryEmbedding(nn.Module):
             self._by_seq_len = {seq_len: hit}
         return hit
 
-    def forward(self, x: Tensor, positions: Tensor, *, seq_len: Optional[int] = None) -> Tensor:
-        """x (B, T, H, Dh) with positions (B, T), or (T, H, Dh) with (T) -> x rotated, a new tensor."""
+    def forward(
+        self, x: Tensor, positions: Tensor, *, seq_len: Optional[int] = None, heads_first: Optional[bool] = None
+    ) -> Tensor:
+        """x (B, T, H, Dh) with positions (B, T) or (1, T), or (T, H, Dh) with
+        (T) -> x rotated, a new tensor; heads_first as apply_rope's."""
         inv_freq, factor = self._frequencies(seq_len, "tokpos.torch.RotaryEmbedding")
-        return apply_rope(x, positions, inv_freq, layout=self.layout, rotary_dim=self.dim, attention_factor=factor)
+        return apply_rope(
+            x, positions, inv_freq, layout=self.layout, rotary_dim=self.dim, attention_factor=factor,
+            heads_first=heads_first,
+        )
 
     def cos_sin(self, positions: Tensor, *, dtype=torch.float32, seq_len: Optional[int] = None):
         """(cos, sin), each positions.shape + (dim,), as transformers' rotary

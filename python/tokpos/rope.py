@@ -158,6 +158,51 @@ def _freqs(inv_freq) -> np.ndarray:
     return f
 
 
+def _rope_heads_first(where: str, x_shape, p_shape, heads_first) -> bool:
+    """Whether x is heads-first ((B, H, T, D) or (H, T, D)) rather than
+    tokpos's (B, T, H, D) or (T, H, D), given positions' shape (..., T).
+    heads_first given: that. None: the reading whose T axis matches
+    positions; when both do (H == T > 1), ValueError naming both readings;
+    when neither does, False (the core then names the mismatch)."""
+    if heads_first is not None:
+        if not isinstance(heads_first, (bool, np.bool_)):
+            raise ValueError(f"{where}: heads_first = {heads_first!r} must be True, False or None")
+        return bool(heads_first)
+    nd = len(x_shape)
+    if nd not in (3, 4) or len(p_shape) not in (1, 2) or len(p_shape) != nd - 2:
+        return False
+    T = p_shape[-1]
+    seq_second, seq_third = x_shape[-3] == T, x_shape[-2] == T
+    if seq_second and seq_third and T > 1:
+        b = "B, " if nd == 4 else ""
+        raise ValueError(
+            f"{where}: x of shape {tuple(x_shape)} with positions of shape {tuple(p_shape)} reads two ways: "
+            f"({b}T, H, D) with H = {x_shape[-2]} (tokpos's order) or ({b}H, T, D) with H = {x_shape[-3]} "
+            "(transformers' order); pass heads_first=False or heads_first=True"
+        )
+    return seq_third and not seq_second
+
+
+def _heads_swapped(a):
+    """a's (…, H, T, D) view as (…, T, H, D) (numpy or torch), no copy."""
+    if _is_torch(a):
+        return a.transpose(-3, -2)
+    if isinstance(a, np.ndarray):
+        return a.swapaxes(-3, -2)
+    raise ValueError(f"apply_rope: heads_first needs numpy arrays or torch tensors, got {type(a).__name__}")
+
+
+def _batch_positions(positions, x_shape):
+    """positions (1, T) broadcast over x's B (a stride-0 view, no copy);
+    any other shape as it is."""
+    shape = tuple(positions.shape)
+    if len(x_shape) != 4 or len(shape) != 2 or shape[0] != 1 or x_shape[0] == 1:
+        return positions
+    if _is_torch(positions):
+        return positions.expand(x_shape[0], shape[1])
+    return np.broadcast_to(np.asarray(positions), (x_shape[0], shape[1]))
+
+
 def _empty_like(x):
     if _is_torch(x):
         import torch
@@ -175,12 +220,16 @@ def apply_rope(
     rotary_dim: int | None = None,
     attention_factor: float = 1.0,
     inverse: bool = False,
+    heads_first: bool | None = None,
     out=None,
 ):
-    """Rotary position embedding of x (B, T, H, Dh) with positions (B, T), or
-    x (T, H, Dh) with positions (T): int32 or int64 in [0, 2^31). (A
-    transformers-style (B, H, T, Dh) tensor goes in as x.transpose(1, 2), a
-    view: any strides with a unit innermost one are read in place.) x is
+    """Rotary position embedding of x (B, T, H, Dh) with positions (B, T) or
+    (1, T) (broadcast over B), or x (T, H, Dh) with positions (T): int32 or
+    int64 in [0, 2^31). heads_first=True reads x (and out) as transformers
+    holds q and k, (B, H, T, Dh) or (H, T, Dh); False as (B, T, H, Dh); None
+    reads the one whose T axis has positions' length, and raises ValueError
+    naming both readings when both have it (H == T). Any strides with a unit
+    innermost one are read in place. x is
     float32, bfloat16 or float16; the math is float32 with exactly reduced
     angles (cos and sin within 2^-24 of the exact values), rounded once to
     x's dtype. layout "half" is GPT-NeoX / transformers' rotate_half (pairs
@@ -188,11 +237,14 @@ def apply_rope(
     The first rotary_dim = 2 * len(inv_freq) dims of each head rotate, the
     rest pass through. attention_factor multiplies cos and sin; inverse=True
     applies the transposed rotation (the backward). out: written and
-    returned (out=x works in place); otherwise a new array in x's framework."""
+    returned (out=x works in place), x's shape; otherwise a new array in x's
+    framework and layout."""
     if layout not in ROPE_LAYOUTS:
         raise ValueError(f"apply_rope: layout = {layout!r} is not one of 'half', 'interleaved'")
     x = _tensor(x, "x")
     positions = _tensor(positions, "positions", index=True)
+    heads_first = _rope_heads_first("apply_rope", tuple(x.shape), tuple(positions.shape), heads_first)
+    positions = _batch_positions(positions, tuple(x.shape))
     freqs = _freqs(inv_freq)
     if rotary_dim is None:
         rotary_dim = -1
@@ -206,8 +258,9 @@ def apply_rope(
         out = _tensor(out, "out")
         if isinstance(out, np.ndarray) and not out.flags.writeable:
             raise ValueError("apply_rope: out is read-only; tokpos writes its result there in place")
+    xv, ov = (_heads_swapped(x), _heads_swapped(out)) if heads_first else (x, out)
     _core.apply_rope(
-        out, x, positions, freqs, layout, _count("apply_rope: rotary_dim", rotary_dim), float(attention_factor),
+        ov, xv, positions, freqs, layout, _count("apply_rope: rotary_dim", rotary_dim), float(attention_factor),
         bool(inverse),
         "tokpos.apply_rope",
     )
