@@ -18,9 +18,9 @@ from ._arrays import index_sequence as _index_sequence
 from ._arrays import is_torch as _is_torch
 from ._arrays import require_cpu as _require_cpu
 
-__all__ = ["ROPE_LAYOUTS", "ROPE_TYPES", "apply_rope", "rope_cos_sin", "rope_frequencies"]
+__all__ = ["ROPE_LAYOUTS", "ROPE_TYPES", "apply_rope", "mrope_axes", "mrope_cos_sin", "rope_cos_sin", "rope_frequencies"]
 
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 ROPE_LAYOUTS = ("half", "interleaved")
 
 _REAL_KEYS = (
@@ -61,6 +61,8 @@ def _scaling_type(scaling: dict) -> str:
         if value is not None and not isinstance(value, str):
             raise ValueError(f"rope_frequencies: scaling[{key!r}] = {value!r} must be a string")
         names.append(value)
+    if "proportional" in names and None in names or names == ["proportional", "proportional"]:
+        return "proportional"  # computed here from the core's default frequencies (rope_frequencies)
     return _core.rope_scaling_type(*names)
 
 
@@ -69,7 +71,7 @@ def _scaling(scaling) -> "_core.RopeScaling":
     if not isinstance(scaling, dict):
         raise ValueError(f"rope_frequencies: scaling must be a dict or None, got {type(scaling).__name__}")
     s = _core.RopeScaling()
-    s.type = _scaling_type(scaling)
+    s.type = _scaling_type(scaling)  # never "proportional": rope_frequencies handles it
     for key in _REAL_KEYS:
         if scaling.get(key) is not None:
             setattr(s, key, _real(key, scaling[key]))
@@ -90,10 +92,47 @@ def _scaling(scaling) -> "_core.RopeScaling":
     return s
 
 
-def rope_frequencies(dim: int, *, base: float | None = None, scaling: dict | None = None, seq_len: int | None = None):
-    """(inv_freq, attention_factor) for rotary dimension dim (even): inv_freq
-    a float64 numpy array of dim // 2 inverse frequencies, attention_factor
-    the float that scales cos and sin (1.0 except for yarn and longrope).
+def _head_dim(dim, scaling) -> int:
+    """The head dimension: dim, or scaling's "head_dim" (both given must agree)."""
+    given = None if scaling is None else scaling.get("head_dim")
+    if given is not None:
+        given = _length("head_dim", given)
+        if dim is not None and dim != given:
+            raise ValueError(f"rope_frequencies: dim = {dim!r} disagrees with scaling['head_dim'] = {given}")
+        dim = given
+    if dim is None:
+        raise ValueError("rope_frequencies: dim is needed (or scaling['head_dim'])")
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise ValueError(f"rope_frequencies: dim must be an integer, got {dim!r}")
+    return _count("rope_frequencies: dim", dim)
+
+
+def _partial_rotary_factor(scaling) -> float | None:
+    value = None if scaling is None else scaling.get("partial_rotary_factor")
+    if value is None:
+        return None
+    value = _real("partial_rotary_factor", value)
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"rope_frequencies: scaling['partial_rotary_factor'] = {value!r} must be in (0, 1]")
+    return value
+
+
+def rope_frequencies(
+    dim: int | None = None, *, base: float | None = None, scaling: dict | None = None, seq_len: int | None = None
+):
+    """(inv_freq, attention_factor): inv_freq a float64 numpy array of
+    rotary_dim // 2 inverse frequencies, attention_factor the float that
+    scales cos and sin (1.0 except for yarn and longrope).
+
+    dim: the head dimension (transformers' head_dim; scaling's "head_dim"
+    when dim is None, and both given must agree). The rotated dims are
+    rotary_dim = int(dim * partial_rotary_factor), with scaling's
+    "partial_rotary_factor" in (0, 1] (1 when absent, so then rotary_dim is
+    dim), as transformers' ROPE_INIT_FUNCTIONS compute it; rotary_dim must
+    be even. "proportional" (transformers 5.x) is the exception, as there:
+    its dim // 2 frequencies are base^(-2i/dim) / factor for the first
+    int(partial_rotary_factor * dim // 2) of them and 0 (no rotation) for
+    the rest.
 
     base: the rope_theta, 10000.0 unless given here or as scaling's
     "rope_theta" (they must agree when both are given). scaling: a dict
@@ -104,13 +143,13 @@ def rope_frequencies(dim: int, *, base: float | None = None, scaling: dict | Non
     max_position_embeddings (config.max_position_embeddings, which
     transformers reads from the config itself, goes in the dict here),
     low_freq_factor, high_freq_factor, beta_fast, beta_slow, mscale,
-    mscale_all_dim, attention_factor, truncate, short_factor, long_factor;
-    other keys are ignored. seq_len: the current sequence length, read by
-    dynamic and longrope. A missing key, an unknown type or a value out of
-    range raises ValueError naming it."""
-    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
-        raise ValueError(f"rope_frequencies: dim must be an integer, got {dim!r}")
-    options = _core.RopeScaling() if scaling is None else _scaling(scaling)
+    mscale_all_dim, attention_factor, truncate, short_factor, long_factor,
+    head_dim, partial_rotary_factor; other keys are ignored. seq_len: the
+    current sequence length, read by dynamic and longrope. A missing key,
+    an unknown type or a value out of range raises ValueError naming it."""
+    head_dim = _head_dim(dim, scaling)
+    partial = _partial_rotary_factor(scaling)
+    rope_type = "default" if scaling is None else _scaling_type(scaling)
     theta = None if scaling is None else scaling.get("rope_theta")
     if theta is not None:
         theta = _real("rope_theta", theta)
@@ -124,9 +163,34 @@ def rope_frequencies(dim: int, *, base: float | None = None, scaling: dict | Non
         if isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral):
             raise ValueError(f"rope_frequencies: seq_len must be an integer or None, got {seq_len!r}")
         seq_len = _count("rope_frequencies: seq_len", seq_len)
-    dim = _count("rope_frequencies: dim", dim)
-    inv_freq, attention_factor = _core.rope_frequencies(dim, float(base), options, seq_len)
+    if rope_type == "proportional":
+        return _proportional(head_dim, float(base), scaling, 1.0 if partial is None else partial)
+    rotary_dim = head_dim
+    if partial is not None:
+        rotary_dim = int(head_dim * partial)
+        if rotary_dim < 2 or rotary_dim % 2:
+            raise ValueError(
+                f"rope_frequencies: partial_rotary_factor = {partial!r} makes the rotary dimension "
+                f"int({head_dim} * {partial!r}) = {rotary_dim}, which must be even and >= 2"
+            )
+    options = _core.RopeScaling() if scaling is None else _scaling(scaling)
+    inv_freq, attention_factor = _core.rope_frequencies(rotary_dim, float(base), options, seq_len)
     return np.asarray(inv_freq, dtype=np.float64), float(attention_factor)
+
+
+def _proportional(head_dim: int, base: float, scaling: dict, partial: float):
+    """transformers 5.x's proportional RoPE: the default frequencies of the
+    whole head (exponent 2i / head_dim), the first int(partial * head_dim // 2)
+    kept and the rest 0, all divided by factor (1 when absent)."""
+    factor = scaling.get("factor")
+    factor = 1.0 if factor is None else _real("factor", factor)
+    if not (factor > 0.0) or not np.isfinite(factor):
+        raise ValueError(f"rope_frequencies: scaling['factor'] = {factor!r} must be finite and > 0")
+    rotated = int(partial * head_dim // 2)
+    inv_freq, _ = _core.rope_frequencies(head_dim, base, _core.RopeScaling(), None)
+    inv_freq = np.asarray(inv_freq, dtype=np.float64)
+    inv_freq[rotated:] = 0.0
+    return inv_freq / factor, 1.0
 
 
 # ---- Application ---------------------------------------------------------------
@@ -313,3 +377,60 @@ def rope_cos_sin(positions, inv_freq, *, layout: str = "half", attention_factor:
         cos, sin = torch.from_numpy(cos), torch.from_numpy(sin)
         return cos.to(getattr(torch, dtype)), sin.to(getattr(torch, dtype))
     return cos.astype(dtype), sin.astype(dtype)
+
+
+# ---- Multimodal rotary (M-RoPE) ---------------------------------------------------
+
+
+def mrope_axes(mrope_section, half: int, *, interleaved: bool = False) -> list[int]:
+    """The position axis (0 temporal, 1 height, 2 width) each of the half
+    frequencies reads. mrope_section (3 sizes summing to half): contiguous
+    bands, section k on axis k (Qwen2-VL, Qwen2.5-VL); interleaved: frequency
+    i on axis 1 when i % 3 == 1 and i < 3 * mrope_section[1], on axis 2
+    when i % 3 == 2 and i < 3 * mrope_section[2], else on axis 0 (Qwen3-VL)."""
+    if isinstance(mrope_section, (str, bytes)) or not hasattr(mrope_section, "__len__") or len(mrope_section) != 3:
+        raise ValueError(f"mrope_section = {mrope_section!r} must be 3 sizes (temporal, height, width)")
+    sizes = [_count(f"mrope_section[{k}]", v, 0) for k, v in enumerate(mrope_section)]
+    if sum(sizes) != half:
+        raise ValueError(f"mrope_section = {sizes} sums to {sum(sizes)}; the {half} frequencies need it to sum to {half}")
+    if not interleaved:
+        return [k for k, n in enumerate(sizes) for _ in range(n)]
+    axes = []
+    for i in range(half):
+        k = i % 3
+        axes.append(k if k and i < 3 * sizes[k] else 0)
+    return axes
+
+
+def mrope_cos_sin(
+    positions, inv_freq, mrope_section, *, interleaved: bool = False, layout: str = "half",
+    attention_factor: float = 1.0, dtype: str = "float32",
+):
+    """(cos, sin) of multimodal rotary (M-RoPE) as transformers' Qwen2-VL and
+    Qwen3-VL rotary embeddings return them: positions (3, B, T) (temporal,
+    height, width; a (B, T) tensor is read as the same on all three axes, as
+    transformers expands it), frequency i taking its angle from the axis
+    mrope_axes(mrope_section, len(inv_freq), interleaved=...) gives it.
+    Shape (B, T, dim), dim = 2 * len(inv_freq), the frequencies repeated as
+    layout pairs them; each value is rope_cos_sin's for that axis's
+    position, so the values are the exactly reduced ones rounded once."""
+    positions = _tensor(positions, "positions", index=True)
+    shape = tuple(positions.shape)
+    if len(shape) == 2:
+        axes_positions = [positions] * 3
+    elif len(shape) == 3 and shape[0] == 3:
+        axes_positions = [positions[a] for a in range(3)]
+    else:
+        raise ValueError(f"mrope_cos_sin: positions must be (3, B, T) or (B, T), got shape {shape}")
+    half = _freqs(inv_freq).shape[0]
+    axes = mrope_axes(mrope_section, half, interleaved=bool(interleaved))
+    column_axes = axes + axes if layout == "half" else [a for a in axes for _ in range(2)]
+    kwargs = dict(layout=layout, attention_factor=attention_factor, dtype=dtype)
+    cos, sin = rope_cos_sin(axes_positions[0], inv_freq, **kwargs)
+    for a in (1, 2):
+        columns = [j for j, k in enumerate(column_axes) if k == a]
+        if columns:
+            cos_a, sin_a = rope_cos_sin(axes_positions[a], inv_freq, **kwargs)
+            cos[..., columns] = cos_a[..., columns]
+            sin[..., columns] = sin_a[..., columns]
+    return cos, sin

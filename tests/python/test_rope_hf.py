@@ -141,3 +141,237 @@ def test_module_forward_heads_first():
     q = data((2, 3, 5, 8), 8)
     positions = torch.arange(5)[None]
     assert torch.equal(rope(q, positions, heads_first=True), tt.apply_rope(q, positions, rope.inv_freq, heads_first=True))
+
+
+# ---- every rope_type of ROPE_INIT_FUNCTIONS -----------------------------------------
+
+from transformers import modeling_rope_utils  # noqa: E402
+
+HEAD_DIM, ORIGINAL = 16, 16
+
+
+def rope_parameters(rope_type, rotary_dim):
+    """A small rope_parameters dict of each type, with the keys it reads."""
+    half = rotary_dim // 2
+    p = {"rope_type": rope_type, "rope_theta": 1000.0}
+    if rope_type in ("linear", "dynamic"):
+        p["factor"] = 2.0
+    elif rope_type == "yarn":
+        p.update(factor=4.0, original_max_position_embeddings=ORIGINAL, beta_fast=8.0, beta_slow=1.0)
+    elif rope_type == "longrope":
+        p.update(
+            short_factor=[1.0 + 0.1 * i for i in range(half)], long_factor=[1.5 + 0.5 * i for i in range(half)],
+            original_max_position_embeddings=ORIGINAL,
+        )
+    elif rope_type == "llama3":
+        # wavelengths 2 pi 1000^(2i/d) on both sides of 64 / 1 and 64 / 4, and between
+        p.update(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
+    elif rope_type == "proportional":
+        p["factor"] = 2.0
+    return p
+
+
+ROPE_TYPES = ["default", *modeling_rope_utils.ROPE_INIT_FUNCTIONS]
+
+
+def transformers_frequencies(config, rope_type):
+    """transformers' own (inv_freq, attention_factor) for config: its
+    ROPE_INIT_FUNCTIONS entry, or for "default" the compute_default of a
+    model that honours partial_rotary_factor (Phi-3's; Llama's reads the
+    whole head)."""
+    if rope_type == "default":
+        from transformers.models.phi3 import modeling_phi3
+
+        return modeling_phi3.Phi3RotaryEmbedding.compute_default_rope_parameters(config)
+    return modeling_rope_utils.ROPE_INIT_FUNCTIONS[rope_type](config)
+
+
+def test_every_transformers_rope_type_is_a_tokpos_rope_type():
+    assert set(ROPE_TYPES) <= set(tokpos.ROPE_TYPES), set(ROPE_TYPES) - set(tokpos.ROPE_TYPES)
+
+
+@pytest.mark.parametrize("partial", [None, 0.5, 0.25])
+@pytest.mark.parametrize("rope_type", ROPE_TYPES)
+def test_frequencies_match_init_function(rope_type, partial):
+    factor = 1.0 if partial is None else partial
+    rotary_dim = int(HEAD_DIM * factor) if rope_type != "proportional" else HEAD_DIM
+    params = rope_parameters(rope_type, rotary_dim)
+    if partial is not None:
+        params["partial_rotary_factor"] = partial
+    config = llama_config(head_dim=HEAD_DIM, rope_parameters=dict(params))
+    want_inv, want_factor = transformers_frequencies(config, rope_type)
+    rope = tt.RotaryEmbedding.from_config(config)
+    assert rope.rotary_dim == 2 * want_inv.shape[0]
+    # transformers computes in float32: a few float32 ulps apart.
+    np.testing.assert_allclose(rope.inv_freq.numpy(), want_inv.double().numpy(), rtol=4e-7 * 8, atol=0)
+    assert rope.attention_factor == pytest.approx(want_factor, rel=1e-12)
+    # The same through rope_frequencies and the dict alone, head_dim in it or as dim.
+    inv, af = tokpos.rope_frequencies(HEAD_DIM, scaling={**params, "max_position_embeddings": 64})
+    np.testing.assert_array_equal(inv, rope.inv_freq.numpy())
+    assert af == rope.attention_factor
+    inv2, _ = tokpos.rope_frequencies(scaling={**params, "head_dim": HEAD_DIM, "max_position_embeddings": 64})
+    np.testing.assert_array_equal(inv2, inv)
+
+
+@pytest.mark.parametrize("rope_type", ROPE_TYPES)
+def test_cos_sin_match_llama_rotary_embedding(rope_type):
+    params = rope_parameters(rope_type, HEAD_DIM)
+    config = llama_config(head_dim=HEAD_DIM, rope_parameters=dict(params))
+    rotary = modeling_llama.LlamaRotaryEmbedding(config)
+    rope = tt.RotaryEmbedding.from_config(config)
+    x = torch.zeros(1, 1, 1, HEAD_DIM)
+    # Lengths within and past the original ones, growing then shrinking
+    # (dynamic's state is checked on its own in test_dynamic_*).
+    lengths = (torch.arange(12)[None], torch.arange(30, 50)[None], torch.arange(60, 100)[None],
+               torch.stack([torch.arange(5), torch.arange(5) + 9]))
+    for positions in lengths:
+        want_cos, want_sin = rotary(x, positions)
+        seq_len = int(positions.max()) + 1
+        cos, sin = rope.cos_sin(positions, seq_len=seq_len)
+        tol = angle_tolerance(positions, rope.attention_factor)
+        torch.testing.assert_close(cos, want_cos, rtol=0, atol=tol)
+        torch.testing.assert_close(sin, want_sin, rtol=0, atol=tol)
+
+
+def test_rope_dict_errors_name_the_value():
+    with pytest.raises(ValueError, match=r"int\(10 \* 0.3\) = 3, which must be even"):
+        tokpos.rope_frequencies(10, scaling={"rope_type": "default", "partial_rotary_factor": 0.3})
+    with pytest.raises(ValueError, match=r"partial_rotary_factor'\] = 1.5 must be in \(0, 1\]"):
+        tokpos.rope_frequencies(16, scaling={"rope_type": "default", "partial_rotary_factor": 1.5})
+    with pytest.raises(ValueError, match=r"dim = 16 disagrees with scaling\['head_dim'\] = 32"):
+        tokpos.rope_frequencies(16, scaling={"rope_type": "default", "head_dim": 32})
+    with pytest.raises(ValueError, match=r"dim is needed"):
+        tokpos.rope_frequencies(scaling={"rope_type": "default"})
+    with pytest.raises(ValueError, match="disagree"):
+        tokpos.rope_frequencies(16, scaling={"rope_type": "proportional", "type": "linear", "factor": 2.0})
+    # Without partial_rotary_factor, dim is the rotary dimension as before.
+    inv, _ = tokpos.rope_frequencies(16, scaling={"rope_type": "linear", "factor": 2.0})
+    assert inv.shape == (8,)
+
+
+# ---- dynamic NTK: transformers' state, and tokpos's stateless choice ------------------
+
+
+def dynamic_config():
+    return llama_config(head_dim=HEAD_DIM, rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1000.0})
+
+
+# Growing past max_position_embeddings (64), shrinking while still past it,
+# then within it (transformers resets), then past it again.
+DYNAMIC_LENGTHS = (10, 80, 120, 90, 70, 30, 100, 64, 65)
+
+
+def test_dynamic_longest_follows_transformers_state():
+    config = dynamic_config()
+    rotary = modeling_llama.LlamaRotaryEmbedding(config)
+    rope = tt.RotaryEmbedding.from_config(config)
+    stateless = tt.RotaryEmbedding.from_config(config, dynamic="stateless")
+    assert rope.dynamic == "longest"
+    x = torch.zeros(1, 1, 1, HEAD_DIM)
+    kept = []
+    for n in DYNAMIC_LENGTHS:
+        positions = torch.arange(n)[None]
+        want_cos, want_sin = rotary(x, positions)
+        cos, sin = rope.cos_sin(positions, seq_len=n)
+        kept.append(not torch.equal(cos, stateless.cos_sin(positions, seq_len=n)[0]))
+        assert rope.seq_len_cached == rotary.max_seq_len_cached, n
+        np.testing.assert_allclose(rope._by_seq_len[rope.seq_len_cached][0].numpy(), rotary.inv_freq.double().numpy(),
+                                   rtol=4e-7 * 8)
+        tol = angle_tolerance(positions)
+        torch.testing.assert_close(cos, want_cos, rtol=0, atol=tol)
+        torch.testing.assert_close(sin, want_sin, rtol=0, atol=tol)
+    # The longest length's frequencies were kept for 90, 70 (after 120) and 64, 65 (after 100).
+    assert kept == [False, False, False, True, True, False, False, True, True]
+
+
+def test_dynamic_stateless_depends_on_the_call_alone():
+    config = dynamic_config()
+    rope = tt.RotaryEmbedding.from_config(config, dynamic="stateless")
+    x = torch.zeros(1, 1, 1, HEAD_DIM)
+    differs = []
+    for n in DYNAMIC_LENGTHS:
+        positions = torch.arange(n)[None]
+        # transformers' frequencies for this length alone: a fresh module.
+        want_cos, _ = modeling_llama.LlamaRotaryEmbedding(config)(x, positions)
+        cos, _ = rope.cos_sin(positions, seq_len=n)
+        torch.testing.assert_close(cos, want_cos, rtol=0, atol=angle_tolerance(positions))
+        longest, _ = tt.RotaryEmbedding.from_config(config).cos_sin(positions, seq_len=n)
+        differs.append(not torch.equal(cos, longest))
+    assert rope.seq_len_cached == 64  # never moved
+    # A fresh "longest" module agrees with the stateless one on any first call.
+    assert not any(differs)
+
+
+def test_dynamic_choice_is_checked():
+    with pytest.raises(ValueError, match="dynamic = 'grow' is not one of 'stateless', 'longest'"):
+        tt.RotaryEmbedding(8, dynamic="grow")
+
+
+# ---- M-RoPE: Qwen2-VL's sections and Qwen3-VL's interleaved layout ------------------
+
+
+def mrope_positions(B=2, T=9):
+    """(3, B, T) multimodal positions as Qwen2-VL's get_rope_index makes them:
+    text tokens the same on the three axes, an image grid's (t, h, w) apart."""
+    g = torch.Generator().manual_seed(26)
+    p = torch.randint(0, 40, (3, B, T), generator=g)
+    p[:, :, :2] = torch.arange(2)  # text: equal on all axes
+    return p
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_mrope_cos_sin_match_transformers(family):
+    if family == "qwen2_vl":
+        from transformers.models.qwen2_vl import configuration_qwen2_vl as c, modeling_qwen2_vl as m
+
+        section, interleaved = [2, 3, 3], False
+        config = c.Qwen2VLTextConfig(
+            hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+            rope_parameters={"rope_type": "default", "mrope_section": section, "rope_theta": 1000.0},
+        )
+        rotary = m.Qwen2VLRotaryEmbedding(config)
+    else:
+        from transformers.models.qwen3_vl import configuration_qwen3_vl as c, modeling_qwen3_vl as m
+
+        section, interleaved = [4, 2, 2], True
+        config = c.Qwen3VLTextConfig(
+            hidden_size=64, num_attention_heads=4, num_key_value_heads=4, head_dim=16,
+            rope_parameters={"rope_type": "default", "mrope_section": section, "mrope_interleaved": True,
+                             "rope_theta": 1000.0},
+        )
+        rotary = m.Qwen3VLTextRotaryEmbedding(config)
+    rope = tt.RotaryEmbedding.from_config(config)
+    assert rope.mrope_section == section and rope.mrope_interleaved == interleaved
+    positions = mrope_positions()
+    x = torch.zeros(1, 1, 1, 16)
+    want_cos, want_sin = rotary(x, positions)
+    cos, sin = rope.cos_sin(positions)
+    assert cos.shape == want_cos.shape == (2, 9, 16)
+    tol = angle_tolerance(positions)
+    torch.testing.assert_close(cos, want_cos, rtol=0, atol=tol)
+    torch.testing.assert_close(sin, want_sin, rtol=0, atol=tol)
+    # Each column is rope_cos_sin's value for its axis's positions, bit for bit.
+    axes = tokpos.mrope_axes(section, 8, interleaved=interleaved)
+    for a in range(3):
+        ca, sa = tokpos.rope_cos_sin(positions[a], rope.inv_freq)
+        cols = [j for j in range(16) if axes[j % 8] == a]
+        assert cols
+        assert torch.equal(cos[..., cols], ca[..., cols]) and torch.equal(sin[..., cols], sa[..., cols])
+    # (B, T) positions are the same on the three axes, as transformers expands them.
+    text = positions[0]
+    assert torch.equal(rope.cos_sin(text)[0], tokpos.rope_cos_sin(text, rope.inv_freq)[0])
+    want_text, _ = rotary(x, text[None].expand(3, -1, -1))
+    torch.testing.assert_close(rope.cos_sin(text)[0], want_text, rtol=0, atol=angle_tolerance(text))
+
+
+def test_mrope_axes_and_errors():
+    assert tokpos.mrope_axes([2, 3, 3], 8) == [0, 0, 1, 1, 1, 2, 2, 2]
+    assert tokpos.mrope_axes([4, 2, 2], 8, interleaved=True) == [0, 1, 2, 0, 1, 2, 0, 0]
+    with pytest.raises(ValueError, match=r"sums to 7; the 8 frequencies need it to sum to 8"):
+        tokpos.mrope_axes([2, 2, 3], 8)
+    with pytest.raises(ValueError, match="must be 3 sizes"):
+        tokpos.mrope_axes([4, 4], 8)
+    with pytest.raises(ValueError, match=r"positions must be \(3, B, T\) or \(B, T\)"):
+        tokpos.mrope_cos_sin(np.zeros((2, 2, 3), dtype=np.int64), np.ones(4), [2, 1, 1])
+    with pytest.raises(ValueError, match="mrope_section"):
+        tt.RotaryEmbedding(8, mrope_section=[1, 1, 1])
