@@ -168,3 +168,45 @@ def test_a_config_tokpos_reads_differently_is_left_with_a_warning():
     with pytest.warns(UserWarning, match=r"model.rotary_emb \(LlamaRotaryEmbedding\) left as it is: its 8 frequencies"):
         assert _llama.patch(model) == []
     assert model.model.rotary_emb is before
+
+
+def mrope_text_model(family):
+    torch.manual_seed(26)
+    sizes = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=128)
+    if family == "qwen2_vl":
+        from transformers.models.qwen2_vl import configuration_qwen2_vl as c, modeling_qwen2_vl as m
+
+        config = c.Qwen2VLTextConfig(**sizes, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3],
+                                                               "rope_theta": 10000.0})
+        return config, m.Qwen2VLTextModel(config).eval()
+    from transformers.models.qwen3_vl import configuration_qwen3_vl as c, modeling_qwen3_vl as m
+
+    config = c.Qwen3VLTextConfig(**sizes, head_dim=16, rope_parameters={
+        "rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True, "rope_theta": 10000.0})
+    return config, m.Qwen3VLTextModel(config).eval()
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_multimodal_rotary_text_models(family):
+    config, plain = mrope_text_model(family)
+    _, patched = mrope_text_model(family)
+    assert _llama.patch(patched) == ["rotary_emb"]
+    rope = patched.rotary_emb.rope
+    assert rope.mrope_section == list(plain.rotary_emb.mrope_section)
+    assert rope.mrope_interleaved == (family == "qwen3_vl")
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, 96, (2, 12), generator=g)
+    # (3, B, T) positions as an image's grid gives them: the axes apart after two text tokens.
+    positions = torch.randint(0, 60, (3, 2, 12), generator=g)
+    positions[:, :, :2] = torch.arange(2)
+    with torch.no_grad():
+        want = plain(input_ids=ids, position_ids=positions).last_hidden_state
+        got = patched(input_ids=ids, position_ids=positions).last_hidden_state
+        # Text positions (B, T) are expanded to the three axes, as transformers does.
+        want_text = plain(input_ids=ids).last_hidden_state
+        got_text = patched(input_ids=ids).last_hidden_state
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 8 * float(np.spacing(np.float32(scale))), scale
+    assert float((got_text - want_text).abs().max()) <= 8 * float(np.spacing(np.float32(scale)))
+    assert not torch.equal(want, want_text)  # the multimodal positions mattered

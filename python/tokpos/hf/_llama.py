@@ -12,6 +12,11 @@ tokpos.rope_cos_sin (the exactly reduced angle's cos and sin, rounded once
 to float32), times the module's own attention_scaling, then to x's dtype as
 transformers does. The attention and its application of cos and sin stay
 the model's own.
+
+The multimodal rotary of Qwen2-VL's text model (and of the models that run
+its code, Qwen2.5-VL) and Qwen3-VL's interleaved one take (3, B, T)
+position ids; their HFRotary returns tokpos.mrope_cos_sin with the module's
+own mrope_section.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import torch
 from torch import nn
 
 from .. import rope as _rope
-from .._torch_rope import RotaryEmbedding
+from .._torch_rope import RotaryEmbedding, _config_rope
 
 
 class HFRotary(nn.Module):
@@ -46,37 +51,83 @@ class HFRotary(nn.Module):
             seq_len = int(positions.max()) + 1  # transformers' dynamic_rope_update reads the same
         inv_freq, _ = self.rope._frequencies(seq_len, "tokpos.hf rotary")
         inv_freq = inv_freq.cpu()  # tokpos computes on the CPU; cos and sin then go to x's device
-        cos, sin = _rope.rope_cos_sin(positions, inv_freq, attention_factor=self.attention_scaling)
+        if self.rope.mrope_section is None:
+            cos, sin = _rope.rope_cos_sin(positions, inv_freq, attention_factor=self.attention_scaling)
+        else:
+            cos, sin = _rope.mrope_cos_sin(
+                positions, inv_freq, self.rope.mrope_section, interleaved=self.rope.mrope_interleaved,
+                attention_factor=self.attention_scaling,
+            )
         return cos.to(device=x.device, dtype=x.dtype), sin.to(device=x.device, dtype=x.dtype)
 
     def extra_repr(self) -> str:
         return f"rope_type={self.rope_type!r}, attention_scaling={self.attention_scaling}"
 
 
-def _shared_forward_source() -> str:
+def _sources() -> dict:
+    """The source of the rotary code tokpos stands in for: Llama's forward
+    (the shared code), Qwen2-VL's and Qwen3-VL's multimodal forwards, and the two ways of
+    recomposing its frequencies (Qwen2-VL's sections: False, Qwen3-VL's
+    interleaving: True)."""
     from transformers.models.llama import modeling_llama
+    from transformers.models.qwen2_vl import modeling_qwen2_vl
+    from transformers.models.qwen3_vl import modeling_qwen3_vl
 
-    return inspect.getsource(modeling_llama.LlamaRotaryEmbedding.forward)
+    return {
+        "shared": _source(modeling_llama.LlamaRotaryEmbedding, "forward"),
+        "mrope": {
+            _source(modeling_qwen2_vl.Qwen2VLRotaryEmbedding, "forward"),
+            _source(modeling_qwen3_vl.Qwen3VLTextRotaryEmbedding, "forward"),
+        },
+        "recompose": {
+            _source(modeling_qwen2_vl.Qwen2VLRotaryEmbedding, "recomposition_frequencies"): False,
+            _source(modeling_qwen3_vl.Qwen3VLTextRotaryEmbedding, "recomposition_frequencies"): True,
+        },
+    }
 
 
-def _is_shared_rotary(module, shared: str) -> bool:
-    forward = getattr(type(module), "forward", None)
-    if forward is None or not all(hasattr(module, a) for a in ("config", "inv_freq", "attention_scaling")):
-        return False
+def _code(source: str) -> str:
+    """source without its comments and blank lines: the copies of one
+    function in transformers' model files differ in comments naming the
+    model, and only there."""
+    lines = (line.split("#", 1)[0].rstrip() for line in source.splitlines())
+    return "\n".join(line for line in lines if line.strip())
+
+
+def _source(cls, name: str):
+    fn = getattr(cls, name, None)
     try:
-        return inspect.getsource(forward) == shared
+        return None if fn is None else _code(inspect.getsource(fn))
     except (OSError, TypeError):
-        return False
+        return None
 
 
-def _replacement(module):
+def _kind(module, sources: dict):
+    """"rope" for transformers' shared rotary code, ("mrope", interleaved)
+    for Qwen2-VL's or Qwen3-VL's multimodal one, None for anything else."""
+    if not all(hasattr(module, a) for a in ("config", "inv_freq", "attention_scaling")):
+        return None
+    forward = _source(type(module), "forward")
+    if forward == sources["shared"]:
+        return "rope"
+    if forward in sources["mrope"] and hasattr(module, "mrope_section"):
+        interleaved = sources["recompose"].get(_source(type(module), "recomposition_frequencies"))
+        if interleaved is not None:
+            return ("mrope", interleaved)
+    return None
+
+
+def _replacement(module, kind):
     """The HFRotary for module, or the reason tokpos cannot stand in for it."""
     try:
-        rope = RotaryEmbedding.from_config(module.config, dynamic="longest")
+        head_dim, params = _config_rope(module.config)
+        mrope = {}
+        if kind != "rope":
+            # The module's own section (transformers falls back to a default when the dict has none).
+            mrope = dict(mrope_section=list(module.mrope_section), mrope_interleaved=kind[1])
+        rope = RotaryEmbedding(head_dim, scaling=params, dynamic="longest", **mrope)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         return None, f"its config's rope parameters are not read by tokpos ({e})"
-    if rope.mrope_section is not None:
-        return None, "multimodal rotary (mrope_section) takes (3, B, T) positions this interface does not pass"
     theirs = getattr(module, "original_inv_freq", module.inv_freq).detach().double().cpu().numpy()
     ours = rope.inv_freq.numpy()
     # transformers' frequencies are float32: a few float32 ulps from tokpos's float64 ones.
@@ -92,22 +143,24 @@ def _replacement(module):
 
 def patch(model) -> list[str] | None:
     """Replaces, in place, each rotary embedding module of model that runs
-    transformers' shared rotary code with a HFRotary (tokpos's cos and sin,
+    transformers' shared rotary code (or Qwen2-VL's or Qwen3-VL's
+    multimodal one) with a HFRotary (tokpos's cos and sin,
     the module's attention_scaling kept); returns the replaced modules'
     names, or None when model has no such module. A module of that code
     whose frequencies tokpos would not reproduce (a config it reads
     differently) is left in place and named in a warning."""
-    shared = _shared_forward_source()
+    sources = _sources()
     replaced, found = [], False
     for name, module in list(model.named_modules()):
         if isinstance(module, HFRotary):
             found = True
             replaced.append(name)
             continue
-        if not name or not _is_shared_rotary(module, shared):
+        kind = _kind(module, sources) if name else None
+        if kind is None:
             continue
         found = True
-        new, reason = _replacement(module)
+        new, reason = _replacement(module, kind)
         if new is None:
             warnings.warn(f"tokpos.hf.patch: {name} ({type(module).__name__}) left as it is: {reason}", stacklevel=2)
             continue
