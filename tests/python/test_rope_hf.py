@@ -375,3 +375,15 @@ def test_mrope_axes_and_errors():
         tokpos.mrope_cos_sin(np.zeros((2, 2, 3), dtype=np.int64), np.ones(4), [2, 1, 1])
     with pytest.raises(ValueError, match="mrope_section"):
         tt.RotaryEmbedding(8, mrope_section=[1, 1, 1])
+
+
+def test_heads_first_under_compile_fullgraph():
+    inv = torch.from_numpy(tokpos.rope_frequencies(8)[0])
+    q = data((2, 3, 5, 8), 9).requires_grad_()
+    positions = torch.arange(5)[None]
+    f = torch.compile(lambda q, p: tt.apply_rope(q, p, inv, heads_first=True) * 2, fullgraph=True)
+    y = f(q, positions)
+    assert torch.equal(y.detach(), tt.apply_rope(q.detach(), positions, inv, heads_first=True) * 2)
+    g = data((2, 3, 5, 8), 10)
+    y.backward(g)
+    assert torch.equal(q.grad, tt.apply_rope(g, positions, inv, heads_first=True, inverse=True) * 2)
