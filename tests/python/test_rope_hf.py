@@ -387,3 +387,31 @@ def test_heads_first_under_compile_fullgraph():
     g = data((2, 3, 5, 8), 10)
     y.backward(g)
     assert torch.equal(q.grad, tt.apply_rope(g, positions, inv, heads_first=True, inverse=True) * 2)
+
+
+def test_from_config_reads_4x_rope_scaling_and_the_config_level_keys():
+    from types import SimpleNamespace
+
+    # A 4.x config: rope_scaling with the older "type" key, rope_theta and
+    # partial_rotary_factor on the config itself, no head_dim.
+    old = SimpleNamespace(
+        hidden_size=64, num_attention_heads=4, rope_theta=5000.0, partial_rotary_factor=0.5,
+        max_position_embeddings=32, rope_scaling={"type": "linear", "factor": 4.0},
+    )
+    rope = tt.RotaryEmbedding.from_config(old)
+    inv, _ = tokpos.rope_frequencies(8, base=5000.0, scaling={"rope_type": "linear", "factor": 4.0})
+    np.testing.assert_array_equal(rope.inv_freq.numpy(), inv)
+    assert rope.rotary_dim == 8 and old.rope_scaling == {"type": "linear", "factor": 4.0}  # read, not changed
+    # Phi-3 keeps original_max_position_embeddings on the config: it wins, as in transformers.
+    phi3 = SimpleNamespace(
+        hidden_size=64, num_attention_heads=4, max_position_embeddings=128, original_max_position_embeddings=32,
+        rope_parameters={"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8,
+                         "original_max_position_embeddings": 16, "rope_theta": 10000.0},
+    )
+    rope = tt.RotaryEmbedding.from_config(phi3)
+    assert rope.scaling["original_max_position_embeddings"] == 32
+    assert rope.attention_factor == pytest.approx(float(np.sqrt(1 + np.log(128 / 32) / np.log(32))))
+    nested = SimpleNamespace(hidden_size=64, num_attention_heads=4, layer_types=["full_attention"],
+                             rope_parameters={"full_attention": {"rope_type": "default"}})
+    with pytest.raises(ValueError, match="nested by layer type"):
+        tt.RotaryEmbedding.from_config(nested)

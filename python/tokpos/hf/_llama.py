@@ -66,24 +66,26 @@ class HFRotary(nn.Module):
 
 def _sources() -> dict:
     """The source of the rotary code tokpos stands in for: Llama's forward
-    (the shared code), Qwen2-VL's and Qwen3-VL's multimodal forwards, and the two ways of
-    recomposing its frequencies (Qwen2-VL's sections: False, Qwen3-VL's
-    interleaving: True)."""
-    from transformers.models.llama import modeling_llama
-    from transformers.models.qwen2_vl import modeling_qwen2_vl
-    from transformers.models.qwen3_vl import modeling_qwen3_vl
+    (the shared code), Qwen2-VL's and Qwen3-VL's multimodal forwards, and
+    the two ways of recomposing their frequencies (Qwen2-VL's sections:
+    False, Qwen3-VL's interleaving: True). A transformers without one of
+    those models contributes nothing for it."""
+    import importlib
 
-    return {
-        "shared": _source(modeling_llama.LlamaRotaryEmbedding, "forward"),
-        "mrope": {
-            _source(modeling_qwen2_vl.Qwen2VLRotaryEmbedding, "forward"),
-            _source(modeling_qwen3_vl.Qwen3VLTextRotaryEmbedding, "forward"),
-        },
-        "recompose": {
-            _source(modeling_qwen2_vl.Qwen2VLRotaryEmbedding, "recomposition_frequencies"): False,
-            _source(modeling_qwen3_vl.Qwen3VLTextRotaryEmbedding, "recomposition_frequencies"): True,
-        },
-    }
+    from transformers.models.llama import modeling_llama
+
+    sources = {"shared": _source(modeling_llama.LlamaRotaryEmbedding, "forward"), "mrope": set(), "recompose": {}}
+    for module, cls, interleaved in (
+        ("qwen2_vl", "Qwen2VLRotaryEmbedding", False),
+        ("qwen3_vl", "Qwen3VLTextRotaryEmbedding", True),
+    ):
+        try:
+            rotary = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), cls)
+        except (ImportError, AttributeError):
+            continue
+        sources["mrope"].add(_source(rotary, "forward"))
+        sources["recompose"][_source(rotary, "recomposition_frequencies")] = interleaved
+    return sources
 
 
 def _code(source: str) -> str:
