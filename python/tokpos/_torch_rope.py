@@ -162,24 +162,31 @@ _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.floa
 _DYNAMIC_CHOICES = ("stateless", "longest")
 
 
-def _config_rope(config) -> tuple[int, dict]:
+def _config_rope(config, layer_type: Optional[str] = None) -> tuple[int, dict]:
     """(head_dim, scaling) of a transformers config, read as transformers'
     rotary embeddings read it: head_dim (else hidden_size //
     num_attention_heads); rope_parameters (5.x) or rope_scaling and
-    rope_theta (4.x); partial_rotary_factor from that dict or the config;
-    config.max_position_embeddings; and for llama3, yarn and longrope the
-    config's original_max_position_embeddings when it has one (Phi-3), else
-    the dict's, else max_position_embeddings (standardize_rope_params)."""
+    rope_theta (4.x), or with layer_type the dict of that layer type
+    (Gemma 3's rope_parameters nested by layer type); partial_rotary_factor
+    from that dict or the config; config.max_position_embeddings; and for
+    llama3, yarn and longrope the config's original_max_position_embeddings
+    when it has one (Phi-3), else the dict's, else max_position_embeddings
+    (standardize_rope_params)."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     params = getattr(config, "rope_parameters", None)
     if params is None:
         params = getattr(config, "rope_scaling", None)
     params = dict(params or {})
     layer_types = set(getattr(config, "layer_types", None) or ())
-    if layer_types & set(params):
+    nested = sorted(layer_types & set(params))
+    if layer_type is not None:
+        if layer_type not in nested or params[layer_type] is None:
+            raise ValueError(f"tokpos.torch.RotaryEmbedding.from_config: the config has no rope dict for layer type {layer_type!r}")
+        params = dict(params[layer_type])
+    elif nested:
         raise ValueError(
-            "tokpos.torch.RotaryEmbedding.from_config: rope_parameters is nested by layer type "
-            f"({sorted(layer_types & set(params))}); build one RotaryEmbedding per layer type from its dict"
+            f"tokpos.torch.RotaryEmbedding.from_config: rope_parameters is nested by layer type ({nested}); "
+            "pass layer_type= for one of them"
         )
     rope_type = params.get("rope_type", params.get("type", "default"))
     params.pop("type", None)  # transformers reads rope_type first
@@ -273,7 +280,9 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", torch.from_numpy(inv_freq.copy()), persistent=False)
 
     @classmethod
-    def from_config(cls, config, *, layout: str = "half", dynamic: str = "longest") -> "RotaryEmbedding":
+    def from_config(
+        cls, config, *, layout: str = "half", dynamic: str = "longest", layer_type: Optional[str] = None
+    ) -> "RotaryEmbedding":
         """The rotary embedding a transformers config describes, read as
         transformers reads it: head_dim (else hidden_size //
         num_attention_heads), partial_rotary_factor, rope_parameters (5.x) or
@@ -281,8 +290,10 @@ class RotaryEmbedding(nn.Module):
         original_max_position_embeddings (the config's own, as Phi-3's, takes
         precedence for llama3, yarn and longrope), and mrope_section when the
         dict has one (with mrope_interleaved). dynamic defaults to "longest",
-        transformers' own behaviour. The config is read, never changed."""
-        head_dim, params = _config_rope(config)
+        transformers' own behaviour. layer_type: the layer type whose dict
+        to read when rope_parameters is nested by layer type (Gemma 3). The
+        config is read, never changed."""
+        head_dim, params = _config_rope(config, layer_type)
         return cls(
             head_dim, scaling=params, layout=layout, dynamic=dynamic,
             mrope_section=params.get("mrope_section"), mrope_interleaved=bool(params.get("mrope_interleaved", False)),

@@ -210,3 +210,23 @@ def test_multimodal_rotary_text_models(family):
     assert float((got - want).abs().max()) <= 8 * float(np.spacing(np.float32(scale))), scale
     assert float((got_text - want_text).abs().max()) <= 8 * float(np.spacing(np.float32(scale)))
     assert not torch.equal(want, want_text)  # the multimodal positions mattered
+
+
+def test_gemma3_one_rotary_per_layer_type():
+    # Gemma 3: local (sliding) layers with the default rope, global ones with linear scaling.
+    config = transformers.Gemma3TextConfig(
+        **dict(SIZES, max_position_embeddings=64), head_dim=16, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}},
+    )
+    plain, patched, names = pair(config)
+    assert names == ["model.rotary_emb"]
+    rotary = patched.model.rotary_emb
+    assert set(rotary.ropes) == {"sliding_attention", "full_attention"}
+    assert rotary.ropes["full_attention"].rope_type == "linear"
+    check_equivalent(plain, patched, config)
+    with pytest.raises(ValueError, match="nested by layer type"):
+        tt.RotaryEmbedding.from_config(config)
+    rope = tt.RotaryEmbedding.from_config(config, layer_type="full_attention")
+    torch.testing.assert_close(rope.inv_freq, plain.model.rotary_emb.full_attention_inv_freq.double(), rtol=4e-6, atol=0)

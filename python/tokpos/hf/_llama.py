@@ -34,29 +34,38 @@ from .._torch_rope import RotaryEmbedding, _config_rope
 
 class HFRotary(nn.Module):
     """A transformers rotary embedding module's interface over tokpos:
-    forward(x, position_ids) -> (cos, sin), position_ids (B, T) (or (1, T)),
-    cos and sin (B, T, rotary_dim) in x's dtype on x's device. No parameters
-    and no persistent buffers, so state_dict is the model's as before."""
+    forward(x, position_ids) -> (cos, sin), position_ids (B, T) (or (1, T);
+    (3, B, T) for multimodal rotary), cos and sin (B, T, rotary_dim) in x's
+    dtype on x's device. With one rotary embedding per layer type (Gemma 3):
+    forward(x, position_ids, layer_type), rope the layer types' modules
+    (ropes[layer_type]). No parameters and no persistent buffers, so
+    state_dict is the model's as before."""
 
-    def __init__(self, rope: RotaryEmbedding, attention_scaling: float, rope_type: str):
+    def __init__(self, ropes: dict, attention_scaling: dict, rope_type):
         super().__init__()
-        self.rope = rope
-        self.attention_scaling = float(attention_scaling)
+        if None in ropes:
+            self.rope = ropes[None]
+        else:
+            self.ropes = nn.ModuleDict(ropes)
+        self.attention_scaling = attention_scaling[None] if None in attention_scaling else dict(attention_scaling)
         self.rope_type = rope_type
 
-    def forward(self, x, position_ids):
+    def forward(self, x, position_ids, layer_type=None):
+        if layer_type is None:
+            rope, scaling = self.rope, self.attention_scaling
+        else:
+            rope, scaling = self.ropes[layer_type], self.attention_scaling[layer_type]
         positions = position_ids.detach().cpu()
         seq_len = None
-        if self.rope.rope_type in ("dynamic", "longrope") and positions.numel() > 0:
+        if rope.rope_type in ("dynamic", "longrope") and positions.numel() > 0:
             seq_len = int(positions.max()) + 1  # transformers' dynamic_rope_update reads the same
-        inv_freq, _ = self.rope._frequencies(seq_len, "tokpos.hf rotary")
+        inv_freq, _ = rope._frequencies(seq_len, "tokpos.hf rotary")
         inv_freq = inv_freq.cpu()  # tokpos computes on the CPU; cos and sin then go to x's device
-        if self.rope.mrope_section is None:
-            cos, sin = _rope.rope_cos_sin(positions, inv_freq, attention_factor=self.attention_scaling)
+        if rope.mrope_section is None:
+            cos, sin = _rope.rope_cos_sin(positions, inv_freq, attention_factor=scaling)
         else:
             cos, sin = _rope.mrope_cos_sin(
-                positions, inv_freq, self.rope.mrope_section, interleaved=self.rope.mrope_interleaved,
-                attention_factor=self.attention_scaling,
+                positions, inv_freq, rope.mrope_section, interleaved=rope.mrope_interleaved, attention_factor=scaling,
             )
         return cos.to(device=x.device, dtype=x.dtype), sin.to(device=x.device, dtype=x.dtype)
 
@@ -75,6 +84,12 @@ def _sources() -> dict:
     from transformers.models.llama import modeling_llama
 
     sources = {"shared": _source(modeling_llama.LlamaRotaryEmbedding, "forward"), "mrope": set(), "recompose": {}}
+    try:
+        from transformers.models.gemma3 import modeling_gemma3
+
+        sources["layered"] = _source(modeling_gemma3.Gemma3RotaryEmbedding, "forward")
+    except (ImportError, AttributeError):
+        sources["layered"] = None
     for module, cls, interleaved in (
         ("qwen2_vl", "Qwen2VLRotaryEmbedding", False),
         ("qwen3_vl", "Qwen3VLTextRotaryEmbedding", True),
@@ -106,10 +121,15 @@ def _source(cls, name: str):
 
 def _kind(module, sources: dict):
     """"rope" for transformers' shared rotary code, ("mrope", interleaved)
-    for Qwen2-VL's or Qwen3-VL's multimodal one, None for anything else."""
-    if not all(hasattr(module, a) for a in ("config", "inv_freq", "attention_scaling")):
+    for Qwen2-VL's or Qwen3-VL's multimodal one, "layered" for Gemma 3's
+    one per layer type, None for anything else."""
+    if not hasattr(module, "config"):
         return None
     forward = _source(type(module), "forward")
+    if forward is not None and forward == sources["layered"] and isinstance(getattr(module, "rope_type", None), dict):
+        return "layered"
+    if not all(hasattr(module, a) for a in ("inv_freq", "attention_scaling")):
+        return None
     if forward == sources["shared"]:
         return "rope"
     if forward in sources["mrope"] and hasattr(module, "mrope_section"):
@@ -119,28 +139,47 @@ def _kind(module, sources: dict):
     return None
 
 
-def _replacement(module, kind):
-    """The HFRotary for module, or the reason tokpos cannot stand in for it."""
+def _one(module, kind, layer_type=None):
+    """(RotaryEmbedding, attention_scaling) for module (for one layer type
+    of it), or (None, the reason tokpos cannot stand in for it)."""
+    prefix = "" if layer_type is None else f"{layer_type}_"
     try:
-        head_dim, params = _config_rope(module.config)
+        head_dim, params = _config_rope(module.config, layer_type)
         mrope = {}
-        if kind != "rope":
+        if isinstance(kind, tuple):
             # The module's own section (transformers falls back to a default when the dict has none).
             mrope = dict(mrope_section=list(module.mrope_section), mrope_interleaved=kind[1])
         rope = RotaryEmbedding(head_dim, scaling=params, dynamic="longest", **mrope)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         return None, f"its config's rope parameters are not read by tokpos ({e})"
-    theirs = getattr(module, "original_inv_freq", module.inv_freq).detach().double().cpu().numpy()
+    original = getattr(module, f"{prefix}original_inv_freq", None)
+    theirs = (original if original is not None else getattr(module, f"{prefix}inv_freq"))
+    theirs = theirs.detach().double().cpu().numpy()
     ours = rope.inv_freq.numpy()
     # transformers' frequencies are float32: a few float32 ulps from tokpos's float64 ones.
     if theirs.shape != ours.shape or not np.allclose(ours, theirs, rtol=1e-5, atol=0):
         return None, (
-            f"its {theirs.shape[0]} frequencies are not the {ours.shape[0]} that tokpos reads from its config "
-            f"(rope_type {rope.rope_type!r})"
+            f"its {theirs.shape[0]} frequencies{'' if layer_type is None else ' for ' + layer_type} are not the "
+            f"{ours.shape[0]} that tokpos reads from its config (rope_type {rope.rope_type!r})"
         )
     if rope.rope_type == "dynamic":
-        rope.seq_len_cached = int(getattr(module, "max_seq_len_cached", rope.seq_len_cached))
-    return HFRotary(rope, module.attention_scaling, rope.rope_type), None
+        cached = getattr(module, f"{prefix}max_seq_len_cached", getattr(module, "max_seq_len_cached", None))
+        if cached is not None:
+            rope.seq_len_cached = int(cached)
+    return rope, float(getattr(module, f"{prefix}attention_scaling"))
+
+
+def _replacement(module, kind):
+    """The HFRotary for module, or (None, the reason tokpos cannot stand in for it)."""
+    layer_types = list(module.rope_type) if kind == "layered" else [None]
+    ropes, scalings = {}, {}
+    for layer_type in layer_types:
+        rope, scaling = _one(module, kind, layer_type)
+        if rope is None:
+            return None, scaling
+        ropes[layer_type], scalings[layer_type] = rope, scaling
+    rope_type = module.rope_type if kind != "layered" else dict(module.rope_type)
+    return HFRotary(ropes, scalings, rope_type), None
 
 
 def patch(model) -> list[str] | None:
