@@ -61,7 +61,7 @@ def _scaling_type(scaling: dict) -> str:
         if value is not None and not isinstance(value, str):
             raise ValueError(f"rope_frequencies: scaling[{key!r}] = {value!r} must be a string")
         names.append(value)
-    if "proportional" in names and None in names or names == ["proportional", "proportional"]:
+    if "proportional" in names and (None in names or names[0] == names[1]):
         return "proportional"  # computed here from the core's default frequencies (rope_frequencies)
     return _core.rope_scaling_type(*names)
 

@@ -244,6 +244,8 @@ def test_rope_dict_errors_name_the_value():
         tokpos.rope_frequencies(scaling={"rope_type": "default"})
     with pytest.raises(ValueError, match="disagree"):
         tokpos.rope_frequencies(16, scaling={"rope_type": "proportional", "type": "linear", "factor": 2.0})
+    with pytest.raises(ValueError, match=r"scaling\['factor'\] = -2.0 must be finite and > 0"):
+        tokpos.rope_frequencies(16, scaling={"rope_type": "proportional", "factor": -2.0})
     # Without partial_rotary_factor, dim is the rotary dimension as before.
     inv, _ = tokpos.rope_frequencies(16, scaling={"rope_type": "linear", "factor": 2.0})
     assert inv.shape == (8,)
