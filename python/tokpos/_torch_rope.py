@@ -106,6 +106,8 @@ def apply_rope(
     attention_factor: float = 1.0,
     inverse: bool = False,
     heads_first: Optional[bool] = None,
+    mrope_section=None,
+    mrope_interleaved: bool = False,
 ) -> Tensor:
     """tokpos.apply_rope with autograd: a new tensor, x rotated by RoPE.
 
@@ -120,7 +122,10 @@ def apply_rope(
     "half" (transformers' rotate_half) or "interleaved" (GPT-J, Meta) pairs;
     cos and sin are multiplied by attention_factor. The gradient of x is the
     transposed rotation times attention_factor; positions and inv_freq get
-    none. Bad arguments raise ValueError, positions out of range IndexError."""
+    none. mrope_section (and mrope_interleaved): multimodal positions
+    (3, B, T), as tokpos.apply_rope's (one rotation per axis, each
+    differentiable). Bad arguments raise ValueError, positions out of range
+    IndexError."""
     if not isinstance(x, Tensor):
         raise ValueError(f"tokpos.torch.apply_rope: x must be a torch tensor, got {type(x).__name__}")
     if not isinstance(positions, Tensor):
@@ -145,6 +150,25 @@ def apply_rope(
             raise ValueError(f"tokpos.torch.apply_rope: {name} is on {t.device}; only CPU tensors are supported")
     inverse = bool(inverse)
     where = "tokpos.torch.apply_rope"
+    if mrope_section is not None:
+        shape = tuple(positions.shape)
+        if len(shape) != x.dim() - 1 or shape[0] != 3:
+            raise ValueError(
+                f"{where}: with mrope_section, positions must be (3, B, T) (or (3, T) for x (T, H, D)), got shape {shape}"
+            )
+        if attention_factor != 1.0:
+            raise ValueError(
+                f"{where}: attention_factor = {attention_factor!r} with mrope_section: only 1 is supported (the "
+                "pairs of two axes would be rounded twice); use tokpos.mrope_cos_sin for a scaled pair"
+            )
+        heads_first = _rope._rope_heads_first(where, tuple(x.shape), shape[1:], heads_first)
+        y = x
+        for a, f in enumerate(_rope.mrope_axis_frequencies(inv_freq, mrope_section, interleaved=mrope_interleaved)):
+            y = apply_rope(
+                y, positions[a], torch.from_numpy(f), layout=layout, rotary_dim=rotary_dim, inverse=inverse,
+                heads_first=heads_first,
+            )
+        return y
     heads_first = _rope._rope_heads_first(where, tuple(x.shape), tuple(positions.shape), heads_first)
     positions = _rope._batch_positions(positions, tuple(x.shape))
     if heads_first:
@@ -236,9 +260,10 @@ class RotaryEmbedding(nn.Module):
     dynamic_rope_update keeps it (the module then holds that length, in
     seq_len_cached, and calls depend on the calls before them).
 
-    mrope_section (3 sizes summing to rotary_dim / 2) makes cos_sin take
-    multimodal positions (3, B, T), as Qwen2-VL's rotary embedding
-    (tokpos.mrope_cos_sin; mrope_interleaved=True: Qwen3-VL's layout)."""
+    mrope_section (3 sizes summing to rotary_dim / 2) makes forward and
+    cos_sin take multimodal positions (3, B, T), as Qwen2-VL's rotary
+    embedding (tokpos.mrope_cos_sin; mrope_interleaved=True: Qwen3-VL's
+    layout)."""
 
     __module__ = "tokpos.torch"  # pickles and reprs name the public module
 
@@ -336,15 +361,14 @@ class RotaryEmbedding(nn.Module):
         self, x: Tensor, positions: Tensor, *, seq_len: Optional[int] = None, heads_first: Optional[bool] = None
     ) -> Tensor:
         """x (B, T, H, Dh) with positions (B, T) or (1, T), or (T, H, Dh) with
-        (T) -> x rotated, a new tensor; heads_first as apply_rope's."""
-        if self.mrope_section is not None:
-            raise ValueError(
-                "tokpos.torch.RotaryEmbedding: with mrope_section, use cos_sin(positions) (multimodal positions "
-                "(3, B, T)) and rotate with them; forward rotates by one position per token"
-            )
+        (T) -> x rotated, a new tensor; heads_first as apply_rope's. With
+        mrope_section: positions (3, B, T) (apply_rope's mrope_section)."""
         inv_freq, factor = self._frequencies(seq_len, "tokpos.torch.RotaryEmbedding")
+        mrope = {}
+        if self.mrope_section is not None:
+            mrope = dict(mrope_section=self.mrope_section, mrope_interleaved=self.mrope_interleaved)
         return apply_rope(
-            x, positions, inv_freq, layout=self.layout, attention_factor=factor, heads_first=heads_first,
+            x, positions, inv_freq, layout=self.layout, attention_factor=factor, heads_first=heads_first, **mrope,
         )
 
     def cos_sin(self, positions: Tensor, *, dtype=torch.float32, seq_len: Optional[int] = None):

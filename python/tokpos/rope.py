@@ -285,6 +285,8 @@ def apply_rope(
     attention_factor: float = 1.0,
     inverse: bool = False,
     heads_first: bool | None = None,
+    mrope_section=None,
+    mrope_interleaved: bool = False,
     out=None,
 ):
     """Rotary position embedding of x (B, T, H, Dh) with positions (B, T) or
@@ -302,11 +304,24 @@ def apply_rope(
     rest pass through. attention_factor multiplies cos and sin; inverse=True
     applies the transposed rotation (the backward). out: written and
     returned (out=x works in place), x's shape; otherwise a new array in x's
-    framework and layout."""
+    framework and layout.
+
+    mrope_section (multimodal rotary, Qwen2-VL; mrope_interleaved: Qwen3-VL):
+    positions (3, B, T), (3, 1, T) or, for x (T, H, Dh), (3, T), and each
+    frequency's angle from the axis mrope_axes gives it; each pair is still
+    rotated once (by the kernel, one call per axis with the other axes'
+    frequencies 0: an exact identity), so the bits are those of
+    transformers' rotation with mrope_cos_sin's cos and sin. attention_factor
+    must be 1 then (it would round the pairs of two axes twice)."""
     if layout not in ROPE_LAYOUTS:
         raise ValueError(f"apply_rope: layout = {layout!r} is not one of 'half', 'interleaved'")
     x = _tensor(x, "x")
     positions = _tensor(positions, "positions", index=True)
+    if mrope_section is not None:
+        return _apply_mrope(
+            x, positions, _freqs(inv_freq), mrope_section, mrope_interleaved, layout, rotary_dim, attention_factor,
+            inverse, heads_first, out,
+        )
     heads_first = _rope_heads_first("apply_rope", tuple(x.shape), tuple(positions.shape), heads_first)
     positions = _batch_positions(positions, tuple(x.shape))
     freqs = _freqs(inv_freq)
@@ -328,6 +343,56 @@ def apply_rope(
         bool(inverse),
         "tokpos.apply_rope",
     )
+    return out
+
+
+def mrope_axis_frequencies(inv_freq, mrope_section, *, interleaved: bool = False) -> list[np.ndarray]:
+    """inv_freq once per position axis (temporal, height, width), each with
+    the frequencies of the other axes set to 0 (no rotation)."""
+    freqs = _freqs(inv_freq)
+    axes = np.asarray(mrope_axes(mrope_section, freqs.shape[0], interleaved=bool(interleaved)))
+    return [np.ascontiguousarray(np.where(axes == a, freqs, 0.0)) for a in range(3)]
+
+
+def _apply_mrope(x, positions, freqs, section, interleaved, layout, rotary_dim, attention_factor, inverse,
+                 heads_first, out):
+    """apply_rope with mrope_section: one kernel call per axis into a new
+    array, copied to out only once all three succeeded (out stays as it was
+    on failure)."""
+    shape = tuple(positions.shape)
+    if len(shape) != len(x.shape) - 1 or shape[0] != 3:
+        raise ValueError(
+            f"apply_rope: with mrope_section, positions must be (3, B, T) (or (3, T) for x (T, H, D)), got shape {shape}"
+        )
+    if isinstance(attention_factor, bool) or not isinstance(attention_factor, numbers.Real) or attention_factor != 1.0:
+        raise ValueError(
+            f"apply_rope: attention_factor = {attention_factor!r} with mrope_section: only 1 is supported (the "
+            "pairs of two axes would be rounded twice); use mrope_cos_sin for a scaled pair"
+        )
+    if rotary_dim is None:
+        rotary_dim = -1
+    elif isinstance(rotary_dim, bool) or not isinstance(rotary_dim, numbers.Integral) or rotary_dim < 0:
+        raise ValueError(f"apply_rope: rotary_dim = {rotary_dim!r} must be an integer >= 0 or None")
+    heads_first = _rope_heads_first("apply_rope", tuple(x.shape), shape[1:], heads_first)
+    if out is not None:
+        out = _tensor(out, "out")
+        if tuple(out.shape) != tuple(x.shape):
+            raise ValueError(f"apply_rope: out has shape {tuple(out.shape)} but x has {tuple(x.shape)}")
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise ValueError("apply_rope: out is read-only; tokpos writes its result there in place")
+    result = _empty_like(x)
+    xv, rv = (_heads_swapped(x), _heads_swapped(result)) if heads_first else (x, result)
+    for a, f in enumerate(mrope_axis_frequencies(freqs, section, interleaved=interleaved)):
+        _core.apply_rope(
+            rv, xv if a == 0 else rv, _batch_positions(positions[a], tuple(x.shape)), f, layout,
+            _count("apply_rope: rotary_dim", rotary_dim), 1.0, bool(inverse), "tokpos.apply_rope",
+        )
+    if out is None:
+        return result
+    if _is_torch(out):
+        out.copy_(result)
+    else:
+        np.copyto(out, result)
     return out
 
 

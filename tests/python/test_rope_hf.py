@@ -417,3 +417,48 @@ def test_from_config_reads_4x_rope_scaling_and_the_config_level_keys():
                              rope_parameters={"full_attention": {"rope_type": "default"}})
     with pytest.raises(ValueError, match="nested by layer type"):
         tt.RotaryEmbedding.from_config(nested)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_mrope_apply_is_transformers_rotation_with_mrope_cos_sin(interleaved):
+    from transformers.models.qwen2_vl import modeling_qwen2_vl
+
+    section = [4, 2, 2] if interleaved else [2, 3, 3]
+    B, H, T, D = 2, 3, 9, 16
+    inv, _ = tokpos.rope_frequencies(D, base=1000.0)
+    positions = mrope_positions(B, T)
+    cos, sin = tokpos.mrope_cos_sin(positions, inv, section, interleaved=interleaved)
+    q, k = data((B, H, T, D), 11), data((B, H, T, D), 12)
+    want_q, want_k = modeling_qwen2_vl.apply_rotary_pos_emb(q, k, cos, sin)
+    kw = dict(mrope_section=section, mrope_interleaved=interleaved, heads_first=True)
+    # The same float operations with the same cos and sin: the same bits.
+    assert torch.equal(tt.apply_rope(q, positions, inv, **kw), want_q)
+    assert torch.equal(tt.apply_rope(k, positions, inv, **kw), want_k)
+    got_np = tokpos.apply_rope(q.numpy(), positions.numpy(), inv, **kw)
+    np.testing.assert_array_equal(got_np, want_q.numpy())
+    rope = tt.RotaryEmbedding(D, base=1000.0, mrope_section=section, mrope_interleaved=interleaved)
+    assert torch.equal(rope(q, positions, heads_first=True), want_q)
+    # Gradient: the transposed rotation.
+    qg = q.clone().requires_grad_()
+    g = data((B, H, T, D), 13)
+    tt.apply_rope(qg, positions, inv, **kw).backward(g)
+    assert torch.equal(qg.grad, tt.apply_rope(g, positions, inv, inverse=True, **kw))
+    assert torch.equal(qg.grad, modeling_qwen2_vl.apply_rotary_pos_emb(g, g, cos, -sin)[0])
+
+
+def test_mrope_apply_errors_leave_out_untouched():
+    inv, _ = tokpos.rope_frequencies(16)
+    x = data((2, 9, 3, 16), 14).numpy()
+    positions = mrope_positions().numpy()
+    out = np.full_like(x, 7.0)
+    bad = positions.copy()
+    bad[2, 1, 3] = -1  # the last axis: the first two calls would have succeeded
+    with pytest.raises(IndexError, match="position -1"):
+        tokpos.apply_rope(x, bad, inv, mrope_section=[2, 3, 3], out=out)
+    assert (out == 7.0).all()
+    with pytest.raises(ValueError, match=r"positions must be \(3, B, T\)"):
+        tokpos.apply_rope(x, positions[0], inv, mrope_section=[2, 3, 3])
+    with pytest.raises(ValueError, match="attention_factor = 1.5 with mrope_section"):
+        tt.apply_rope(torch.from_numpy(x), torch.from_numpy(positions), inv, mrope_section=[2, 3, 3], attention_factor=1.5)
+    tokpos.apply_rope(x, positions, inv, mrope_section=[2, 3, 3], out=out)
+    np.testing.assert_array_equal(out, tokpos.apply_rope(x, positions, inv, mrope_section=[2, 3, 3]))
