@@ -138,6 +138,21 @@ def test_partial_rotary_phi3():
     check_equivalent(plain, patched, config)
 
 
+def test_phi3_longrope_with_its_config_level_original_length():
+    # Phi-3 long-context: longrope over half the head, the pretraining length on the config.
+    half = 4
+    config = config_of(
+        "phi3", partial_rotary_factor=0.5, max_position_embeddings=32, original_max_position_embeddings=8,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                         "short_factor": [1.0 + 0.1 * i for i in range(half)],
+                         "long_factor": [1.5 + 0.7 * i for i in range(half)]},
+    )
+    plain, patched, names = pair(config)
+    assert names == ["model.rotary_emb"]
+    assert patched.model.rotary_emb.attention_scaling == plain.model.rotary_emb.attention_scaling > 1.0
+    check_equivalent(plain, patched, config, new_tokens=14)  # 10 + 14 > 8: the long factors
+
+
 def test_save_pretrained_loads_unpatched(tmp_path):
     config = config_of("llama")
     plain, patched, _ = pair(config)
