@@ -24,10 +24,17 @@ from ._torch_ops import plain as _plain
 from ._torch_ops import require_cpu as _require_cpu
 
 
-def _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse) -> Tensor:
-    """The rotation of x into a new contiguous tensor of x's shape and dtype:
-    the custom op's body and the inference path both run it."""
-    out = torch.empty(x.shape, dtype=x.dtype)
+def _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse, heads_last=False) -> Tensor:
+    """The rotation of x into a new tensor of x's shape and dtype: the custom
+    op's body and the inference path both run it. Contiguous, or with
+    heads_last its (…, H, T, D) transpose is (the memory order of a
+    heads-first caller's x)."""
+    if heads_last:
+        shape = list(x.shape)
+        shape[-3], shape[-2] = shape[-2], shape[-3]
+        out = torch.empty(shape, dtype=x.dtype).transpose(-3, -2)
+    else:
+        out = torch.empty(x.shape, dtype=x.dtype)
     _rope.apply_rope(
         _plain(x),
         _plain(positions),
@@ -36,6 +43,7 @@ def _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor
         rotary_dim=rotary_dim,
         attention_factor=attention_factor,
         inverse=inverse,
+        heads_first=False,  # x is the kernel's (…, T, H, D) view by now
         out=out,
     )
     return out
@@ -97,18 +105,27 @@ def apply_rope(
     rotary_dim: Optional[int] = None,
     attention_factor: float = 1.0,
     inverse: bool = False,
+    heads_first: Optional[bool] = None,
+    mrope_section=None,
+    mrope_interleaved: bool = False,
 ) -> Tensor:
     """tokpos.apply_rope with autograd: a new tensor, x rotated by RoPE.
 
-    x (B, T, H, D) with positions (B, T), or (T, H, D) with positions (T)
-    (a (B, H, T, D) tensor goes in as x.transpose(1, 2)); x float32,
+    x (B, T, H, D) with positions (B, T) or (1, T) (broadcast over B), or
+    (T, H, D) with positions (T); heads_first=True reads x as transformers
+    holds q and k, (B, H, T, D) or (H, T, D), and returns that layout; None
+    reads the one whose T axis has positions' length and raises ValueError
+    naming both readings when both have it (H == T); x float32,
     bfloat16 or float16, positions int32 or int64; inv_freq the float64
     frequencies of tokpos.rope_frequencies (a tensor or a numpy array). The
     first rotary_dim = 2 * len(inv_freq) dims of each head rotate, in the
     "half" (transformers' rotate_half) or "interleaved" (GPT-J, Meta) pairs;
     cos and sin are multiplied by attention_factor. The gradient of x is the
     transposed rotation times attention_factor; positions and inv_freq get
-    none. Bad arguments raise ValueError, positions out of range IndexError."""
+    none. mrope_section (and mrope_interleaved): multimodal positions
+    (3, B, T), as tokpos.apply_rope's (one rotation per axis, each
+    differentiable). Bad arguments raise ValueError, positions out of range
+    IndexError."""
     if not isinstance(x, Tensor):
         raise ValueError(f"tokpos.torch.apply_rope: x must be a torch tensor, got {type(x).__name__}")
     if not isinstance(positions, Tensor):
@@ -132,50 +149,180 @@ def apply_rope(
         if t.device.type != "cpu":
             raise ValueError(f"tokpos.torch.apply_rope: {name} is on {t.device}; only CPU tensors are supported")
     inverse = bool(inverse)
+    where = "tokpos.torch.apply_rope"
+    if mrope_section is not None:
+        shape = tuple(positions.shape)
+        if len(shape) != x.dim() - 1 or shape[0] != 3:
+            raise ValueError(
+                f"{where}: with mrope_section, positions must be (3, B, T) (or (3, T) for x (T, H, D)), got shape {shape}"
+            )
+        if attention_factor != 1.0:
+            raise ValueError(
+                f"{where}: attention_factor = {attention_factor!r} with mrope_section: only 1 is supported (the "
+                "pairs of two axes would be rounded twice); use tokpos.mrope_cos_sin for a scaled pair"
+            )
+        heads_first = _rope._rope_heads_first(where, tuple(x.shape), shape[1:], heads_first)
+        y = x
+        for a, f in enumerate(_rope.mrope_axis_frequencies(inv_freq, mrope_section, interleaved=mrope_interleaved)):
+            y = apply_rope(
+                y, positions[a], torch.from_numpy(f), layout=layout, rotary_dim=rotary_dim, inverse=inverse,
+                heads_first=heads_first,
+            )
+        return y
+    heads_first = _rope._rope_heads_first(where, tuple(x.shape), tuple(positions.shape), heads_first)
+    positions = _rope._batch_positions(positions, tuple(x.shape))
+    if heads_first:
+        x = x.transpose(-3, -2)  # the kernel's (…, T, H, D) view, no copy
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
-        return _apply_rope_op(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
-    # Inference: the kernel directly, without the dispatcher.
-    return _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
+        y = _apply_rope_op(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
+    else:
+        # Inference: the kernel directly, without the dispatcher.
+        y = _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse, heads_first)
+    return y.transpose(-3, -2) if heads_first else y
 
 
 _SEQ_LEN_TYPES = ("dynamic", "longrope")
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_DYNAMIC_CHOICES = ("stateless", "longest")
+
+
+def _config_rope(config, layer_type: Optional[str] = None) -> tuple[int, dict]:
+    """(head_dim, scaling) of a transformers config, read as transformers'
+    rotary embeddings read it: head_dim (else hidden_size //
+    num_attention_heads); rope_parameters (5.x) or rope_scaling and
+    rope_theta (4.x), or with layer_type the dict of that layer type
+    (Gemma 3's rope_parameters nested by layer type); partial_rotary_factor
+    from that dict or the config; config.max_position_embeddings; and for
+    llama3, yarn and longrope the config's original_max_position_embeddings
+    when it has one (Phi-3), else the dict's, else max_position_embeddings
+    (standardize_rope_params)."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    params = getattr(config, "rope_parameters", None)
+    if params is None:
+        params = getattr(config, "rope_scaling", None)
+    params = dict(params or {})
+    layer_types = set(getattr(config, "layer_types", None) or ())
+    nested = sorted(layer_types & set(params))
+    if layer_type is not None:
+        if layer_type not in nested or params[layer_type] is None:
+            raise ValueError(f"tokpos.torch.RotaryEmbedding.from_config: the config has no rope dict for layer type {layer_type!r}")
+        params = dict(params[layer_type])
+    elif nested:
+        raise ValueError(
+            f"tokpos.torch.RotaryEmbedding.from_config: rope_parameters is nested by layer type ({nested}); "
+            "pass layer_type= for one of them"
+        )
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    params.pop("type", None)  # transformers reads rope_type first
+    params["rope_type"] = rope_type
+    if params.get("rope_theta") is None:
+        params["rope_theta"] = getattr(config, "rope_theta", None) or getattr(config, "default_theta", 10000.0)
+    partial = getattr(config, "partial_rotary_factor", None)
+    if params.get("partial_rotary_factor") is None and partial is not None:
+        params["partial_rotary_factor"] = partial
+    max_pos = getattr(config, "max_position_embeddings", None)
+    if max_pos is not None:
+        params["max_position_embeddings"] = max_pos
+    if rope_type in ("llama3", "yarn", "longrope"):
+        original = getattr(config, "original_max_position_embeddings", None)
+        if original is not None:
+            params["original_max_position_embeddings"] = original
+        elif params.get("original_max_position_embeddings") is None and max_pos is not None:
+            params["original_max_position_embeddings"] = max_pos
+    return head_dim, params
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE for queries and keys: rope(x, positions) rotates the first dim
-    dims of each head of x (B, T, H, Dh) or (T, H, Dh), Dh >= dim (Dh > dim
-    is partial rotary: the rest pass through), with tokpos.torch.apply_rope.
+    """RoPE for queries and keys: rope(x, positions) rotates the first
+    rotary_dim dims of each head of x (B, T, H, Dh) or (T, H, Dh), Dh >=
+    rotary_dim (Dh > rotary_dim is partial rotary: the rest pass through),
+    with tokpos.torch.apply_rope.
 
-    inv_freq (dim/2,) and attention_factor are tokpos.rope_frequencies(dim,
-    base=base, scaling=scaling): scaling a transformers rope_scaling /
-    rope_parameters dict ("default", "linear", "dynamic", "yarn", "longrope",
-    "llama3"); base None means scaling's "rope_theta", else 10000. inv_freq
-    is a float64 non-persistent buffer (recomputed, not in state_dict; it
-    stays float64 when the module is converted with .to(dtype), .half() and
-    the like), and the module has no parameters.
+    inv_freq (rotary_dim/2,) and attention_factor are
+    tokpos.rope_frequencies(dim, base=base, scaling=scaling): dim the head
+    dimension, scaling a transformers rope_scaling / rope_parameters dict
+    (any of tokpos.ROPE_TYPES, with partial_rotary_factor and head_dim read
+    from it: rotary_dim = int(dim * partial_rotary_factor)); base None means
+    scaling's "rope_theta", else 10000. inv_freq is a float64
+    non-persistent buffer (recomputed, not in state_dict; it stays float64
+    when the module is converted with .to(dtype), .half() and the like), and
+    the module has no parameters. from_config(config) reads all of it from a
+    transformers config as transformers does.
 
     "dynamic" and "longrope" frequencies depend on the current sequence
     length: their forward and cos_sin need seq_len= (transformers passes
     max(position_ids) + 1) and raise ValueError without it; those calls
     compute the frequencies in Python, outside torch.compile's graph. Other
-    types ignore seq_len."""
+    types ignore seq_len. For "dynamic", dynamic= chooses which length:
+    "stateless" (the default) the call's own seq_len, so every call depends
+    on its arguments alone; "longest" the longest seq_len seen since the
+    last call shorter than max_position_embeddings, as transformers'
+    dynamic_rope_update keeps it (the module then holds that length, in
+    seq_len_cached, and calls depend on the calls before them).
+
+    mrope_section (3 sizes summing to rotary_dim / 2) makes forward and
+    cos_sin take multimodal positions (3, B, T), as Qwen2-VL's rotary
+    embedding (tokpos.mrope_cos_sin; mrope_interleaved=True: Qwen3-VL's
+    layout)."""
 
     __module__ = "tokpos.torch"  # pickles and reprs name the public module
 
-    def __init__(self, dim: int, base: Optional[float] = None, scaling: Optional[dict] = None, layout: str = "half"):
+    def __init__(
+        self,
+        dim: int,
+        base: Optional[float] = None,
+        scaling: Optional[dict] = None,
+        layout: str = "half",
+        *,
+        dynamic: str = "stateless",
+        mrope_section=None,
+        mrope_interleaved: bool = False,
+    ):
         super().__init__()
         self.dim = _check_int("dim", dim, 2)
         if layout not in _rope.ROPE_LAYOUTS:
             raise ValueError(f"tokpos.torch.RotaryEmbedding: layout = {layout!r} is not one of 'half', 'interleaved'")
+        if dynamic not in _DYNAMIC_CHOICES:
+            raise ValueError(f"tokpos.torch.RotaryEmbedding: dynamic = {dynamic!r} is not one of 'stateless', 'longest'")
         self.layout = layout
+        self.dynamic = dynamic
         self.scaling = None if scaling is None else dict(scaling)
         inv_freq, self.attention_factor = _rope.rope_frequencies(self.dim, base=base, scaling=self.scaling)
+        self.rotary_dim = 2 * inv_freq.shape[0]
         self.base = base
         self.rope_type = "default" if scaling is None else _rope._scaling_type(self.scaling)
+        self.mrope_section = None
+        if mrope_section is not None:
+            _rope.mrope_axes(mrope_section, inv_freq.shape[0], interleaved=bool(mrope_interleaved))  # checks it
+            self.mrope_section = [int(v) for v in mrope_section]
+        self.mrope_interleaved = bool(mrope_interleaved)
+        # "longest": the length whose frequencies are in use (transformers' max_seq_len_cached).
+        self.seq_len_cached = None
+        if self.rope_type == "dynamic":
+            self.seq_len_cached = int(self.scaling["max_position_embeddings"])
         self._inv_freq64 = inv_freq
         self._by_seq_len: dict = {}
         self.register_buffer("inv_freq", torch.from_numpy(inv_freq.copy()), persistent=False)
+
+    @classmethod
+    def from_config(
+        cls, config, *, layout: str = "half", dynamic: str = "longest", layer_type: Optional[str] = None
+    ) -> "RotaryEmbedding":
+        """The rotary embedding a transformers config describes, read as
+        transformers reads it: head_dim (else hidden_size //
+        num_attention_heads), partial_rotary_factor, rope_parameters (5.x) or
+        rope_scaling and rope_theta (4.x), max_position_embeddings and
+        original_max_position_embeddings (the config's own, as Phi-3's, takes
+        precedence for llama3, yarn and longrope), and mrope_section when the
+        dict has one (with mrope_interleaved). dynamic defaults to "longest",
+        transformers' own behaviour. layer_type: the layer type whose dict
+        to read when rope_parameters is nested by layer type (Gemma 3). The
+        config is read, never changed."""
+        head_dim, params = _config_rope(config, layer_type)
+        return cls(
+            head_dim, scaling=params, layout=layout, dynamic=dynamic,
+            mrope_section=params.get("mrope_section"), mrope_interleaved=bool(params.get("mrope_interleaved", False)),
+        )
 
     def _apply(self, fn, *args, **kwargs):
         module = super()._apply(fn, *args, **kwargs)
@@ -194,6 +341,15 @@ class RotaryEmbedding(nn.Module):
                 "(the current length, e.g. max(positions) + 1)"
             )
         seq_len = _check_int("seq_len", seq_len, 0)
+        if self.rope_type == "dynamic" and self.dynamic == "longest":
+            # dynamic_rope_update: grow past the longest seen; back to the
+            # original frequencies for a sequence within the original length.
+            original = int(self.scaling["max_position_embeddings"])
+            if seq_len > self.seq_len_cached:
+                self.seq_len_cached = seq_len
+            if seq_len < original and self.seq_len_cached > original:
+                self.seq_len_cached = original
+            seq_len = self.seq_len_cached
         hit = self._by_seq_len.get(seq_len)
         if hit is None:
             inv, factor = _rope.rope_frequencies(self.dim, base=self.base, scaling=self.scaling, seq_len=seq_len)
@@ -201,27 +357,49 @@ class RotaryEmbedding(nn.Module):
             self._by_seq_len = {seq_len: hit}
         return hit
 
-    def forward(self, x: Tensor, positions: Tensor, *, seq_len: Optional[int] = None) -> Tensor:
-        """x (B, T, H, Dh) with positions (B, T), or (T, H, Dh) with (T) -> x rotated, a new tensor."""
+    def forward(
+        self, x: Tensor, positions: Tensor, *, seq_len: Optional[int] = None, heads_first: Optional[bool] = None
+    ) -> Tensor:
+        """x (B, T, H, Dh) with positions (B, T) or (1, T), or (T, H, Dh) with
+        (T) -> x rotated, a new tensor; heads_first as apply_rope's. With
+        mrope_section: positions (3, B, T) (apply_rope's mrope_section)."""
         inv_freq, factor = self._frequencies(seq_len, "tokpos.torch.RotaryEmbedding")
-        return apply_rope(x, positions, inv_freq, layout=self.layout, rotary_dim=self.dim, attention_factor=factor)
+        mrope = {}
+        if self.mrope_section is not None:
+            mrope = dict(mrope_section=self.mrope_section, mrope_interleaved=self.mrope_interleaved)
+        return apply_rope(
+            x, positions, inv_freq, layout=self.layout, attention_factor=factor, heads_first=heads_first, **mrope,
+        )
 
     def cos_sin(self, positions: Tensor, *, dtype=torch.float32, seq_len: Optional[int] = None):
-        """(cos, sin), each positions.shape + (dim,), as transformers' rotary
-        embedding returns them (tokpos.rope_cos_sin): the values forward
-        uses, times attention_factor, converted to dtype."""
+        """(cos, sin), each positions.shape + (rotary_dim,), as transformers'
+        rotary embedding returns them (tokpos.rope_cos_sin): the values
+        forward uses, times attention_factor, converted to dtype. With
+        mrope_section: positions (3, B, T) or (B, T), each (B, T, rotary_dim)
+        (tokpos.mrope_cos_sin)."""
         name = dtype if dtype in _DTYPE_NAMES.values() else _DTYPE_NAMES.get(dtype)
         if name is None:
             raise ValueError(f"tokpos.torch.RotaryEmbedding.cos_sin: dtype {dtype} is not float32, bfloat16 or float16")
         if isinstance(positions, Tensor):
             _require_cpu("tokpos.torch.RotaryEmbedding.cos_sin", ("positions",), positions)
         inv_freq, factor = self._frequencies(seq_len, "tokpos.torch.RotaryEmbedding.cos_sin")
+        if self.mrope_section is not None:
+            return _rope.mrope_cos_sin(
+                positions, inv_freq, self.mrope_section, interleaved=self.mrope_interleaved, layout=self.layout,
+                attention_factor=factor, dtype=name,
+            )
         return _rope.rope_cos_sin(
             positions, inv_freq, layout=self.layout, attention_factor=factor, dtype=name
         )
 
     def extra_repr(self) -> str:
         s = f"{self.dim}, rope_type={self.rope_type!r}, layout={self.layout!r}"
+        if self.rotary_dim != self.dim:
+            s += f", rotary_dim={self.rotary_dim}"
+        if self.rope_type == "dynamic":
+            s += f", dynamic={self.dynamic!r}"
+        if self.mrope_section is not None:
+            s += f", mrope_section={self.mrope_section}, mrope_interleaved={self.mrope_interleaved}"
         if self.attention_factor != 1.0:
             s += f", attention_factor={self.attention_factor}"
         return s

@@ -1,0 +1,247 @@
+"""tokpos.hf.patch on Llama-family models: tiny random-weight models built
+from configs (no download), each family's logits within 2e-7 of the
+unpatched model's, greedy generate() identical (plain and left-padded
+batches, KV cache), the rope_type variants, partial rotary, and a saved
+patched model loading in unpatched transformers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import tokpos_torch
+
+tt = tokpos_torch()  # or a skip saying why (torch missing or too old)
+
+import torch  # noqa: E402
+
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+import tokpos.hf  # noqa: E402
+from tokpos.hf import _llama  # noqa: E402
+
+# The logits' bound: 2e-7, or 4 float32 ulps of the largest logit when that
+# is larger. transformers rounds inv_freq and position * inv_freq to float32
+# before cos and sin; tokpos reduces the exact angle, so the two rotations
+# differ by a few float32 ulps of the angle, which reach the logits as a few
+# ulps of their own size.
+LOGITS_ATOL = 2e-7
+
+
+def logits_bound(scale):
+    return max(LOGITS_ATOL, 4 * float(np.spacing(np.float32(scale))))
+SIZES = dict(
+    vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0,
+    bos_token_id=1, eos_token_id=2,
+)
+
+
+def config_of(family, **kw):
+    sizes = dict(SIZES, **kw)
+    cls = {
+        "llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig, "qwen2": transformers.Qwen2Config,
+        "qwen3": transformers.Qwen3Config, "gemma": transformers.GemmaConfig, "phi3": transformers.Phi3Config,
+        "granite": transformers.GraniteConfig, "stablelm": transformers.StableLmConfig,
+    }[family]
+    if family in ("gemma", "qwen3"):
+        sizes.setdefault("head_dim", 16)
+    return cls(**sizes)
+
+
+def build(config, seed=26):
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    return model.eval()
+
+
+def pair(config):
+    """(the unpatched model, the same weights patched) and patch's names."""
+    plain, patched = build(config), build(config)
+    names = tokpos.hf._llama.patch(patched)
+    return plain, patched, names
+
+
+def prompts(config, left_padded):
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(1, config.vocab_size, (3, 10), generator=g)
+    mask = torch.ones_like(ids)
+    if left_padded:
+        for b, pad in enumerate((0, 3, 6)):
+            ids[b, :pad] = config.pad_token_id
+            mask[b, :pad] = 0
+    return ids, mask
+
+
+def max_logit_difference(plain, patched, ids, mask):
+    with torch.no_grad():
+        a = plain(input_ids=ids, attention_mask=mask).logits
+        b = patched(input_ids=ids, attention_mask=mask).logits
+    return float((a - b).abs().max()), float(a.abs().max())
+
+
+def check_equivalent(plain, patched, config, new_tokens=12):
+    for left_padded in (False, True):
+        ids, mask = prompts(config, left_padded)
+        diff, scale = max_logit_difference(plain, patched, ids, mask)
+        assert diff <= logits_bound(scale), (diff, scale)
+        kw = dict(attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, pad_token_id=config.pad_token_id)
+        with torch.no_grad():
+            want = plain.generate(ids, **kw)
+            got = patched.generate(ids, **kw)
+        assert want.shape[1] == ids.shape[1] + new_tokens
+        assert torch.equal(got, want)
+
+
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "granite", "stablelm"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_logits_and_generate(family):
+    config = config_of(family)
+    plain, patched, names = pair(config)
+    assert names == ["model.rotary_emb"]
+    assert isinstance(patched.model.rotary_emb, _llama.HFRotary)
+    assert patched.model.rotary_emb.attention_scaling == plain.model.rotary_emb.attention_scaling
+    assert sum(1 for _ in patched.parameters()) == sum(1 for _ in plain.parameters())
+    check_equivalent(plain, patched, config)
+
+
+def variants():
+    half = 8  # head_dim 16
+    yield "linear", {"rope_type": "linear", "factor": 2.0}
+    yield "dynamic", {"rope_type": "dynamic", "factor": 2.0}  # generation runs past max_position_embeddings
+    yield "yarn", {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8}
+    yield "llama3", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8}
+    yield "longrope", {"rope_type": "longrope", "original_max_position_embeddings": 8,
+                       "short_factor": [1.0 + 0.05 * i for i in range(half)],
+                       "long_factor": [1.0 + 0.5 * i for i in range(half)]}
+
+
+@pytest.mark.parametrize("name,rope", list(variants()), ids=[n for n, _ in variants()])
+def test_rope_type_variants(name, rope):
+    config = config_of("llama", rope_parameters={**rope, "rope_theta": 10000.0}, max_position_embeddings=16)
+    plain, patched, names = pair(config)
+    assert names == ["model.rotary_emb"]
+    assert patched.model.rotary_emb.rope.rope_type == name
+    check_equivalent(plain, patched, config, new_tokens=14)
+    if name == "dynamic":
+        # Both kept the longest length seen (prompt 10 + 13 fed back: the last token is not).
+        assert patched.model.rotary_emb.rope.seq_len_cached == int(plain.model.rotary_emb.max_seq_len_cached) == 23
+
+
+def test_partial_rotary_phi3():
+    config = config_of("phi3", partial_rotary_factor=0.5)
+    plain, patched, names = pair(config)
+    assert names == ["model.rotary_emb"]
+    assert patched.model.rotary_emb.rope.rotary_dim == 8 == plain.model.rotary_emb.inv_freq.shape[0] * 2
+    check_equivalent(plain, patched, config)
+
+
+def test_phi3_longrope_with_its_config_level_original_length():
+    # Phi-3 long-context: longrope over half the head, the pretraining length on the config.
+    half = 4
+    config = config_of(
+        "phi3", partial_rotary_factor=0.5, max_position_embeddings=32, original_max_position_embeddings=8,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                         "short_factor": [1.0 + 0.1 * i for i in range(half)],
+                         "long_factor": [1.5 + 0.7 * i for i in range(half)]},
+    )
+    plain, patched, names = pair(config)
+    assert names == ["model.rotary_emb"]
+    assert patched.model.rotary_emb.attention_scaling == plain.model.rotary_emb.attention_scaling > 1.0
+    check_equivalent(plain, patched, config, new_tokens=14)  # 10 + 14 > 8: the long factors
+
+
+def test_save_pretrained_loads_unpatched(tmp_path):
+    config = config_of("llama")
+    plain, patched, _ = pair(config)
+    patched.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert not any(isinstance(m, _llama.HFRotary) for m in loaded.modules())
+    ids, mask = prompts(config, True)
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids, attention_mask=mask).logits, plain(input_ids=ids, attention_mask=mask).logits)
+
+
+def test_patch_twice_and_other_models():
+    config = config_of("llama")
+    _, patched, names = pair(config)
+    assert _llama.patch(patched) == names  # already tokpos's: named, not replaced again
+    model = build(config)
+    assert tokpos.hf.patch(model) == ["model.rotary_emb"]  # the one call reaches this family
+    assert isinstance(model.model.rotary_emb, _llama.HFRotary)
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
+    assert _llama.patch(gpt2) is None
+
+
+def test_a_config_tokpos_reads_differently_is_left_with_a_warning():
+    # Llama's default rotary reads the whole head, whatever partial_rotary_factor says.
+    config = config_of("llama", partial_rotary_factor=0.5)
+    model = build(config)
+    before = model.model.rotary_emb
+    with pytest.warns(UserWarning, match=r"model.rotary_emb \(LlamaRotaryEmbedding\) left as it is: its 8 frequencies"):
+        assert _llama.patch(model) == []
+    assert model.model.rotary_emb is before
+
+
+def mrope_text_model(family):
+    torch.manual_seed(26)
+    sizes = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=128)
+    if family == "qwen2_vl":
+        from transformers.models.qwen2_vl import configuration_qwen2_vl as c, modeling_qwen2_vl as m
+
+        config = c.Qwen2VLTextConfig(**sizes, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3],
+                                                               "rope_theta": 10000.0})
+        return config, m.Qwen2VLTextModel(config).eval()
+    from transformers.models.qwen3_vl import configuration_qwen3_vl as c, modeling_qwen3_vl as m
+
+    config = c.Qwen3VLTextConfig(**sizes, head_dim=16, rope_parameters={
+        "rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True, "rope_theta": 10000.0})
+    return config, m.Qwen3VLTextModel(config).eval()
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_multimodal_rotary_text_models(family):
+    config, plain = mrope_text_model(family)
+    _, patched = mrope_text_model(family)
+    assert _llama.patch(patched) == ["rotary_emb"]
+    rope = patched.rotary_emb.rope
+    assert rope.mrope_section == list(plain.rotary_emb.mrope_section)
+    assert rope.mrope_interleaved == (family == "qwen3_vl")
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, 96, (2, 12), generator=g)
+    # (3, B, T) positions as an image's grid gives them: the axes apart after two text tokens.
+    positions = torch.randint(0, 60, (3, 2, 12), generator=g)
+    positions[:, :, :2] = torch.arange(2)
+    with torch.no_grad():
+        want = plain(input_ids=ids, position_ids=positions).last_hidden_state
+        got = patched(input_ids=ids, position_ids=positions).last_hidden_state
+        # Text positions (B, T) are expanded to the three axes, as transformers does.
+        want_text = plain(input_ids=ids).last_hidden_state
+        got_text = patched(input_ids=ids).last_hidden_state
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 8 * float(np.spacing(np.float32(scale))), scale
+    assert float((got_text - want_text).abs().max()) <= 8 * float(np.spacing(np.float32(scale)))
+    assert not torch.equal(want, want_text)  # the multimodal positions mattered
+
+
+def test_gemma3_one_rotary_per_layer_type():
+    # Gemma 3: local (sliding) layers with the default rope, global ones with linear scaling.
+    config = transformers.Gemma3TextConfig(
+        **dict(SIZES, max_position_embeddings=64), head_dim=16, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}},
+    )
+    plain, patched, names = pair(config)
+    assert names == ["model.rotary_emb"]
+    rotary = patched.model.rotary_emb
+    assert set(rotary.ropes) == {"sliding_attention", "full_attention"}
+    assert rotary.ropes["full_attention"].rope_type == "linear"
+    check_equivalent(plain, patched, config)
+    with pytest.raises(ValueError, match="nested by layer type"):
+        tt.RotaryEmbedding.from_config(config)
+    rope = tt.RotaryEmbedding.from_config(config, layer_type="full_attention")
+    torch.testing.assert_close(rope.inv_freq, plain.model.rotary_emb.full_attention_inv_freq.double(), rtol=4e-6, atol=0)
