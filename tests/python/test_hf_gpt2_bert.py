@@ -1,0 +1,263 @@
+"""tokpos.hf.patch on the GPT-2 and BERT/RoBERTa families: tiny random-weight
+models built from configs (nothing downloaded) and the MiniLM package's real
+BERT weights. Each patched model is compared with an unpatched copy of
+itself: logits / hidden states, generate() and gradients must be bitwise
+equal (torch.equal), which holds because tokpos adds the same float32
+values in the same order as the model's own code."""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import warnings
+
+import pytest
+
+from conftest import tokpos_torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+tokpos_torch()
+import torch  # noqa: E402
+
+transformers = pytest.importorskip("transformers", reason="transformers is not installed: tokpos.hf patches its models")
+
+import tokpos  # noqa: E402
+import tokpos.hf  # noqa: E402
+from tokpos import _torch_ops  # noqa: E402
+
+
+def seeded(make, seed=0):
+    torch.manual_seed(seed)
+    return make()
+
+
+def twins(make):
+    """(patched, unpatched): one model and a deep copy of it, the first patched."""
+    model = seeded(make).eval()
+    reference = copy.deepcopy(model)
+    return model, reference, tokpos.hf.patch(model)
+
+
+class Calls:
+    """Counts tokpos compose calls and the calls of the named nn.Embedding modules."""
+
+    def __init__(self, monkeypatch, model, names):
+        self.compose = 0
+        self.modules = {n: 0 for n in names}
+        real = _torch_ops.compose
+
+        def counted(*args, **kwargs):
+            self.compose += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(_torch_ops, "compose", counted)
+        for n in names:
+            model.get_submodule(n).register_forward_hook(lambda *_, n=n: self.modules.__setitem__(n, self.modules[n] + 1))
+
+
+def left_padded(ids, pads, pad_id):
+    """ids with the first pads[b] tokens of row b replaced by pad_id, and the attention mask."""
+    ids = ids.clone()
+    mask = torch.ones_like(ids)
+    for b, p in enumerate(pads):
+        ids[b, :p] = pad_id
+        mask[b, :p] = 0
+    return ids, mask
+
+
+def assert_grads_equal(model, reference):
+    got = dict(model.named_parameters())
+    want = dict(reference.named_parameters())
+    assert got.keys() == want.keys()
+    for name, p in got.items():
+        assert torch.equal(p.grad, want[name].grad), name
+
+
+# ---------------------------------------------------------------------------
+# GPT-2
+
+V, L = 101, 40
+
+
+def gpt2(cls_name="GPT2LMHeadModel", **extra):
+    config = transformers.GPT2Config(
+        vocab_size=V, n_positions=L, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0, **extra
+    )
+    return getattr(transformers, cls_name)(config)
+
+
+def test_gpt2_names_tie_and_parameters_kept():
+    model, reference, names = twins(gpt2)
+    assert names == ["transformer.wte", "transformer.wpe"]
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in reference.named_parameters()]
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in reference.parameters())
+    assert model.state_dict().keys() == reference.state_dict().keys()
+    # the base model alone, and a head class whose transformer is a GPT2Model
+    assert tokpos.hf.patch(seeded(gpt2, 1).transformer) == ["wte", "wpe"]
+    assert tokpos.hf.patch(seeded(lambda: gpt2("GPT2ForSequenceClassification", pad_token_id=0))) == [
+        "transformer.wte",
+        "transformer.wpe",
+    ]
+
+
+def test_gpt2_logits_bitwise_equal_plain_and_left_padded(monkeypatch):
+    model, reference, _ = twins(gpt2)
+    calls = Calls(monkeypatch, model, ["transformer.wte", "transformer.wpe"])
+    torch.manual_seed(1)
+    ids = torch.randint(1, V, (4, 11))
+    padded, mask = left_padded(ids, [0, 3, 7, 10], 0)
+    with torch.no_grad():
+        cases = [
+            dict(input_ids=ids),
+            dict(input_ids=ids[:1]),
+            dict(input_ids=padded, attention_mask=mask),
+            # generate()'s position ids for a left-padded batch, (B, T)
+            dict(input_ids=padded, attention_mask=mask, position_ids=tokpos.position_ids_from_mask(mask)),
+            # a (T,) row and a (1, T) row broadcast over B
+            dict(input_ids=ids, position_ids=torch.arange(5, 16)),
+            dict(input_ids=ids, position_ids=torch.arange(3, 14)[None]),
+            dict(input_ids=ids.to(torch.int32)),
+        ]
+        for kwargs in cases:
+            got = model(**kwargs).logits
+            want = reference(**kwargs).logits
+            assert torch.equal(got, want), kwargs.keys()
+    assert calls.compose == len(cases)
+    assert calls.modules == {"transformer.wte": 0, "transformer.wpe": 0}
+
+
+def test_gpt2_kv_cache_decode_and_generate_identical(monkeypatch):
+    model, reference, _ = twins(gpt2)
+    torch.manual_seed(2)
+    ids = torch.randint(1, V, (3, 8))
+    padded, mask = left_padded(ids, [0, 2, 5], 0)
+    calls = Calls(monkeypatch, model, ["transformer.wte", "transformer.wpe"])
+    for kwargs in (dict(input_ids=ids), dict(input_ids=padded, attention_mask=mask)):
+        got = model.generate(**kwargs, max_new_tokens=12, do_sample=False, use_cache=True, pad_token_id=0)
+        want = reference.generate(**kwargs, max_new_tokens=12, do_sample=False, use_cache=True, pad_token_id=0)
+        assert got.shape == (3, 20)
+        assert torch.equal(got, want)
+    # one call for the prompt and one per decode step, with the cache's positions
+    assert calls.compose == 2 * 12
+    assert calls.modules == {"transformer.wte": 0, "transformer.wpe": 0}
+    # a decode step by hand: positions from the cache length
+    with torch.no_grad():
+        a = model(ids, use_cache=True)
+        b = reference(ids, use_cache=True)
+        step = torch.randint(1, V, (3, 1))
+        assert torch.equal(model(step, cache=a.cache).logits, reference(step, cache=b.cache).logits)
+
+
+def test_gpt2_training_step_gradients_bitwise_equal():
+    model, reference, _ = twins(gpt2)
+    torch.manual_seed(3)
+    ids = torch.randint(1, V, (5, 13))
+    padded, mask = left_padded(ids, [0, 1, 4, 6, 12], 0)
+    for kwargs in (dict(input_ids=ids), dict(input_ids=padded, attention_mask=mask)):
+        for m in (model, reference):
+            m.train()
+            m.zero_grad()
+            torch.manual_seed(4)  # the same dropout masks in both
+            m(**kwargs, labels=ids).loss.backward()
+        assert_grads_equal(model, reference)
+        # wte's gradient is one tensor: the LM head's and the lookup's parts summed into the tied Parameter
+        assert model.lm_head.weight.grad is model.transformer.wte.weight.grad
+    # and an optimizer step keeps the models equal
+    for m in (model, reference):
+        torch.optim.SGD(m.parameters(), lr=0.1).step()
+        m.eval()
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+
+
+def test_gpt2_inputs_embeds_and_token_types_as_the_model_computes_them():
+    model, reference, _ = twins(gpt2)
+    torch.manual_seed(5)
+    ids = torch.randint(1, V, (2, 6))
+    embeds = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        assert torch.equal(model(inputs_embeds=embeds).logits, reference(inputs_embeds=embeds).logits)
+        types = torch.randint(0, 3, (2, 6))
+        assert torch.equal(model(ids, token_type_ids=types).logits, reference(ids, token_type_ids=types).logits)
+
+
+def test_gpt2_bfloat16_bitwise_equal():
+    model, reference, _ = twins(lambda: gpt2().to(torch.bfloat16))
+    ids = seeded(lambda: torch.randint(1, V, (2, 9)), 6)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+
+
+def test_gpt2_errors_are_tokpos_own():
+    model, _, _ = twins(gpt2)
+    bad = torch.tensor([[1, 2, V]])
+    with pytest.raises(IndexError, match=rf"tokpos::compose: token id {V} at \(b=0, t=2\) is outside \[0, {V}\)"):
+        with torch.no_grad():
+            model(bad)
+    with pytest.raises(IndexError, match=rf"tokpos::compose: .*{L}"), torch.no_grad():
+        model(torch.tensor([[1, 2]]), position_ids=torch.tensor([[0, L]]))
+
+
+def test_gpt2_resize_token_embeddings_after_patch():
+    model, reference, _ = twins(gpt2)
+    for m in (model, reference):
+        torch.manual_seed(7)
+        m.resize_token_embeddings(V + 9, mean_resizing=False)
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert model.transformer.wte.weight.shape == (V + 9, 32)
+    ids = torch.tensor([[1, V + 8, V, 5]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+
+
+def test_gpt2_save_pretrained_loads_unpatched(tmp_path):
+    model, reference, _ = twins(gpt2)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    assert "forward" not in loaded.transformer.__dict__  # plain transformers
+    ids = seeded(lambda: torch.randint(1, V, (2, 7)), 8)
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)
+        assert torch.equal(loaded(ids).logits, reference(ids).logits)
+
+
+def test_gpt2_patch_twice_is_harmless():
+    model, reference, names = twins(gpt2)
+    forward = model.transformer.forward
+    assert tokpos.hf.patch(model) == names
+    assert model.transformer.forward.__func__ is forward.__func__
+    ids = seeded(lambda: torch.randint(1, V, (2, 7)), 9)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+
+
+def test_gpt2_outside_supported_versions_refused_untouched(monkeypatch):
+    model = seeded(gpt2)
+    # sys.modules' entry: transformers replaces its lazy module object there once models load
+    monkeypatch.setattr(sys.modules["transformers"], "__version__", "5.3.0")
+    with pytest.raises(RuntimeError, match=r"transformers 5\.3\.0 is installed.*left untouched"):
+        tokpos.hf.patch(model)
+    assert "forward" not in model.transformer.__dict__
+
+
+# ---------------------------------------------------------------------------
+# Models no family knows
+
+
+def test_unknown_model_warns_and_is_untouched():
+    model = seeded(lambda: torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2)))
+    before = copy.deepcopy(model.state_dict())
+    with pytest.warns(UserWarning, match="Sequential.*left untouched"):
+        assert tokpos.hf.patch(model) == []
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+def test_known_model_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tokpos.hf.patch(seeded(gpt2))
