@@ -195,6 +195,17 @@ def test_gpt2_bfloat16_bitwise_equal():
         assert torch.equal(model(ids).logits, reference(ids).logits)
 
 
+def test_gpt2_float64_runs_the_model_own_lookups(monkeypatch):
+    # tokpos has no float64 compose: the patched forward falls back to wte + wpe, the same bits
+    model, reference, _ = twins(lambda: gpt2().to(torch.float64))
+    calls = Calls(monkeypatch, model, ["transformer.wte", "transformer.wpe"])
+    ids = seeded(lambda: torch.randint(1, V, (2, 9)), 6)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+    assert calls.compose == 0
+    assert calls.modules == {"transformer.wte": 1, "transformer.wpe": 1}
+
+
 def test_gpt2_errors_are_tokpos_own():
     model, _, _ = twins(gpt2)
     bad = torch.tensor([[1, 2, V]])
@@ -404,6 +415,17 @@ def test_bert_masked_lm_tie_and_parameters_kept():
         assert torch.equal(model(ids).logits, reference(ids).logits)
 
 
+def test_bert_bfloat16_runs_the_model_own_lookups(monkeypatch):
+    # the fused typed kernel is float32 only: other dtypes keep the model's three lookups
+    model, reference, _ = twins(lambda: bert().to(torch.bfloat16))
+    calls = Calls(monkeypatch, model, BERT_TABLES, _torch_typed, "compose_typed")
+    ids = seeded(lambda: torch.randint(PAD + 1, V, (2, 9)), 6)
+    with torch.no_grad():
+        assert torch.equal(model(ids).last_hidden_state, reference(ids).last_hidden_state)
+    assert calls.compose == 0
+    assert calls.modules == {n: 1 for n in BERT_TABLES}
+
+
 def test_bert_errors_are_tokpos_own():
     model, _, _ = twins(bert)
     with pytest.raises(IndexError, match=rf"token id {V} at \(b=0, t=1\) is outside \[0, {V}\)"), torch.no_grad():
@@ -462,3 +484,18 @@ def test_known_model_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tokpos.hf.patch(seeded(gpt2))
+
+
+def test_benchmark_script_runs_and_agrees():
+    # bench/hf_patch.py's quick pass: a tiny GPT-2, the stage's outputs, gradients and logits compared bit for bit.
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "bench", "hf_patch.py"), "--quick", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "outputs agree" in proc.stdout, proc.stdout

@@ -49,41 +49,55 @@ WHERE = "tokpos.hf GPT-2 embedding"
 
 def _fusable(embedding, ids) -> bool:
     """Whether compose computes exactly what embedding(ids) does here."""
+    weight = embedding.weight
     return (
         type(embedding) is nn.Embedding
         and embedding.max_norm is None
         and not embedding.scale_grad_by_freq
-        and embedding.weight.dtype in _torch_ops._TABLE_CODES
-        and embedding.weight.device.type == "cpu"
-        and ids.device.type == "cpu"
+        and weight.dtype in _torch_ops._TABLE_CODES
+        and weight.is_cpu
+        and ids.is_cpu
         and ids.dtype in _torch_ops._INDEX_CODES
     )
 
 
-def embed(model, input_ids, position_ids):
-    """wte(input_ids) + wpe(position_ids) of a GPT2Model, (B, T, D): one
-    compose call where it computes the same bits, else the model's own two
-    lookups and add. input_ids (B, T); position_ids (B, T), (1, T) or (T,)."""
+def embed(model, input_ids, position_ids, start=0):
+    """wte(input_ids) + wpe(positions) of a GPT2Model, (B, T, D): one compose
+    call where it computes the same bits, else the model's own two lookups
+    and add. input_ids (B, T); position_ids (B, T), (1, T) or (T,), or None
+    for the positions start + t (the model's own when none are given: no
+    position tensor is then read)."""
     wte, wpe = model.wte, model.wpe
     B, T = input_ids.shape
     fused = (
         _fusable(wte, input_ids)
-        and _fusable(wpe, position_ids)
+        and type(wpe) is nn.Embedding
+        and wpe.max_norm is None
+        and not wpe.scale_grad_by_freq
         and wpe.padding_idx is None
         and not wpe.sparse
         and wte.weight.dtype == wpe.weight.dtype
-        and position_ids.dim() in (1, 2)
-        and position_ids.shape[-1] == T
-        and (position_ids.dim() == 1 or position_ids.shape[0] in (1, B))
+        and wpe.weight.is_cpu
     )
+    if fused and position_ids is not None:
+        fused = (
+            position_ids.is_cpu
+            and position_ids.dtype in _torch_ops._INDEX_CODES
+            and position_ids.dim() in (1, 2)
+            and position_ids.shape[-1] == T
+            and (position_ids.dim() == 1 or position_ids.shape[0] in (1, B))
+        )
     if not fused:
+        if position_ids is None:
+            position_ids = (torch.arange(T, device=wpe.weight.device) + start).unsqueeze(0)
         return wte(input_ids) + wpe(position_ids).to(wte.weight.device)
-    # The kernel reads one position per (b, t): a broadcast row is expanded
-    # (B * T int64 values, the only copy).
-    positions = position_ids.reshape(-1, T).expand(B, T).contiguous()
+    if position_ids is not None:
+        # The kernel reads one position per (b, t): a broadcast row is
+        # expanded (B * T int64 values, the only copy).
+        position_ids = position_ids.reshape(-1, T).expand(B, T).contiguous()
     padding_idx = -1 if wte.padding_idx is None else wte.padding_idx
     return _torch_ops.compose(
-        input_ids.contiguous(), wte.weight, wpe.weight, positions, 0, padding_idx, wte.sparse, WHERE
+        input_ids.contiguous(), wte.weight, wpe.weight, position_ids, start, padding_idx, wte.sparse, WHERE
     )
 
 
@@ -140,14 +154,17 @@ def _fused_forward():
                 cache = g.EncoderDecoderCache(cache, g.DynamicCache(config=self.config))
 
         device = self.wte.weight.device if inputs_embeds is None else inputs_embeds.device
+        given_positions = position_ids is not None
+        past_seen_tokens = 0
         if position_ids is None:
             past_seen_tokens = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(input_shape[-1], device=device) + past_seen_tokens
             position_ids = position_ids.unsqueeze(0)
 
-        # The one change: the two lookups and their sum as one call.
+        # The one change: the two lookups and their sum as one call (the
+        # positions computed above are past_seen_tokens + t, given as such).
         if inputs_embeds is None:
-            hidden_states = embed(self, input_ids, position_ids)
+            hidden_states = embed(self, input_ids, position_ids if given_positions else None, past_seen_tokens)
             inputs_embeds = hidden_states  # create_causal_mask reads its shape, dtype and device
         else:
             position_embeds = self.wpe(position_ids)
