@@ -160,12 +160,21 @@ def test_gpt2_training_step_gradients_bitwise_equal():
     torch.manual_seed(3)
     ids = torch.randint(1, V, (5, 13))
     padded, mask = left_padded(ids, [0, 1, 4, 6, 12], 0)
-    for kwargs in (dict(input_ids=ids), dict(input_ids=padded, attention_mask=mask)):
+    # B = 40: torch sums the broadcast position row's gradient over B in its
+    # own (not sequential) order there, which the patch keeps
+    wide = torch.randint(1, V, (40, 6))
+    cases = (
+        dict(input_ids=ids, labels=ids),
+        dict(input_ids=padded, attention_mask=mask, labels=ids),
+        dict(input_ids=wide, labels=wide),
+        dict(input_ids=wide, position_ids=torch.arange(2, 8)[None], labels=wide),
+    )
+    for kwargs in cases:
         for m in (model, reference):
             m.train()
             m.zero_grad()
             torch.manual_seed(4)  # the same dropout masks in both
-            m(**kwargs, labels=ids).loss.backward()
+            m(**kwargs).loss.backward()
         assert_grads_equal(model, reference)
         # wte's gradient is one tensor: the LM head's and the lookup's parts summed into the tied Parameter
         assert model.lm_head.weight.grad is model.transformer.wte.weight.grad

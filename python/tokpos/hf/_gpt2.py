@@ -17,9 +17,16 @@ left-padded batch); a (1, T) or (T,) row is broadcast over B.
 
 The sum is one float32 addition per element, rounded once to the tables'
 dtype, as torch's add of the two looked-up rows is: the hidden states and
-logits are bitwise equal to the unpatched model's. The gradients of both
-tables are summed per row in increasing (b, t) order, as torch's embedding
-backward (index_add_) sums them.
+logits are bitwise equal to the unpatched model's. So are the gradients:
+the token table's are summed per row in increasing (b, t) order, as torch's
+embedding backward (index_add_) sums them, and so are the position table's
+for (B, T) position ids. A (1, T) row shared by the batch (the model's own
+positions) has its gradient summed over B by torch first, as the unpatched
+broadcast add does: torch's reduction over B is not in sequential order for
+larger B (from B = 32 on, a few ulps apart), so the patch keeps it
+(_SharedPositions). Under torch.compile the compose op's own backward runs,
+whose position gradient is (b, t) ordered: for B >= 32 and a shared row it
+can differ from the unpatched model's by those few ulps.
 
 Where the fused call does not apply, the model's own code runs: inputs_embeds
 given instead of input_ids, tables or ids not on the CPU (tokpos has CPU
@@ -61,6 +68,35 @@ def _fusable(embedding, ids) -> bool:
     )
 
 
+class _SharedPositions(torch.autograd.Function):
+    """compose with one row of positions (T,) shared by every b, whose
+    backward gives the position table what GPT2Model's broadcast add gives
+    it: torch's sum of d_out over B first (its reduction, in its order),
+    then each position row's sum over t. The token table's gradient is
+    compose's (each row in increasing (b, t) order, as torch's)."""
+
+    @staticmethod
+    def forward(ctx, ids, token_table, pos_table, positions, padding_idx):
+        B, T = ids.shape
+        ctx.save_for_backward(ids, positions)
+        ctx.rows = (token_table.shape[0], pos_table.shape[0])
+        ctx.dtypes = (token_table.dtype, pos_table.dtype)
+        ctx.padding_idx = padding_idx
+        return _torch_ops.compose_kernel(ids, token_table, pos_table, positions.expand(B, T).contiguous(), 0, WHERE)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        ids, positions = ctx.saved_tensors
+        (V, L), (tok_dtype, pos_dtype) = ctx.rows, ctx.dtypes
+        d_tok = d_pos = None
+        if ctx.needs_input_grad[1]:
+            d_tok = _torch_ops._compose_backward_op(d_out, ids, None, 0, V, 0, ctx.padding_idx)[0].to(tok_dtype)
+        if ctx.needs_input_grad[2]:
+            per_t = d_out.sum(0)
+            d_pos = _torch_ops._compose_backward_op(per_t, positions, None, 0, L, 0, -1)[0].to(pos_dtype)
+        return None, d_tok, d_pos, None, None
+
+
 def embed(model, input_ids, position_ids, start=0):
     """wte(input_ids) + wpe(positions) of a GPT2Model, (B, T, D): one compose
     call where it computes the same bits, else the model's own two lookups
@@ -91,14 +127,27 @@ def embed(model, input_ids, position_ids, start=0):
         if position_ids is None:
             position_ids = (torch.arange(T, device=wpe.weight.device) + start).unsqueeze(0)
         return wte(input_ids) + wpe(position_ids).to(wte.weight.device)
+    ids = input_ids.contiguous()
+    padding_idx = -1 if wte.padding_idx is None else wte.padding_idx
+    shared = position_ids is None or position_ids.dim() == 1 or position_ids.shape[0] == 1
+    if (
+        shared
+        and B > 1
+        and wpe.weight.requires_grad
+        and torch.is_grad_enabled()
+        and not wte.sparse
+        and not torch.compiler.is_compiling()
+    ):
+        # torch sums a broadcast row's gradient over B in its own order,
+        # which for larger B is not compose's (b, t) order: keep torch's.
+        if position_ids is None:
+            position_ids = torch.arange(start, start + T)
+        return _SharedPositions.apply(ids, wte.weight, wpe.weight, position_ids.reshape(T), padding_idx)
     if position_ids is not None:
         # The kernel reads one position per (b, t): a broadcast row is
         # expanded (B * T int64 values, the only copy).
         position_ids = position_ids.reshape(-1, T).expand(B, T).contiguous()
-    padding_idx = -1 if wte.padding_idx is None else wte.padding_idx
-    return _torch_ops.compose(
-        input_ids.contiguous(), wte.weight, wpe.weight, position_ids, start, padding_idx, wte.sparse, WHERE
-    )
+    return _torch_ops.compose(ids, wte.weight, wpe.weight, position_ids, start, padding_idx, wte.sparse, WHERE)
 
 
 @functools.cache
