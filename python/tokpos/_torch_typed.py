@@ -6,13 +6,14 @@ calls it).
     tokpos::compose_typed   torch.library custom op, its fake kernel and autograd
 
 out (B, T, D) = (token_table[ids] + type_table[type_ids]) + pos_table[position_ids]
-in that order, each addition in float32 as transformers' BertEmbeddings adds
+(position_ids (B, T), or one (1, T) row shared by every b) in that order, each addition in float32 as transformers' BertEmbeddings adds
 the three looked-up rows (the core's compose_typed_forward, without its
 LayerNorm: the model keeps its own). float32 tables only, as the kernel.
 
 The backward reuses tokpos::compose_backward, once per table, each table's
 rows summed in increasing (b, t) order as torch's embedding backward sums
-them; padding_idx (token rows) and pos_padding_idx (position rows, RoBERTa's)
+them (a shared position row's gradient is d_out summed over B by torch
+first, as a broadcast add's backward sums it, then per row); padding_idx (token rows) and pos_padding_idx (position rows, RoBERTa's)
 get no gradient, as nn.Embedding's padding_idx.
 """
 
@@ -30,8 +31,11 @@ NAMES = ("ids", "token_table", "type_ids", "type_table", "pos_table", "position_
 
 def compose_typed_kernel(ids, token_table, type_ids, type_table, pos_table, position_ids, where=KERNEL) -> Tensor:
     """The sum in a new (B, T, D) tensor by one call of the core, which
-    validates shapes, dtypes, ids, types and positions and names the problem."""
+    validates shapes, dtypes, ids, types and positions and names the problem.
+    A (1, T) position row is read for every b."""
     require_cpu(where, NAMES, ids, token_table, type_ids, type_table, pos_table, position_ids)
+    if ids.dim() == 2 and position_ids.dim() == 2 and position_ids.shape[0] == 1:
+        position_ids = position_ids.expand(ids.shape[0], -1).contiguous()
     out = torch.empty([*ids.shape, token_table.shape[-1]], dtype=token_table.dtype)
     _core.compose_typed(
         out, plain(ids), plain(token_table), plain(type_ids), plain(type_table), plain(pos_table), plain(position_ids), KERNEL
@@ -72,10 +76,17 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, d_out):
     # One compose_backward per table, its index tensor as the "ids" of a token table.
+    ids, type_ids, position_ids = ctx.saved_tensors
     wanted = (ctx.needs_input_grad[1], ctx.needs_input_grad[3], ctx.needs_input_grad[4])
+    d_outs = [d_out, d_out, d_out]
+    if ids.dim() == 2 and position_ids.dim() == 2 and position_ids.shape[0] == 1:
+        # A shared row: d_out summed over B by torch first, as the backward
+        # of a broadcast add (BertEmbeddings' + position_embeddings) sums it.
+        d_outs[2] = d_out.sum(0)
+        position_ids = position_ids.reshape(-1)
     grads = []
-    for index, rows, padding, want in zip(ctx.saved_tensors, ctx.rows, ctx.padding, wanted):
-        grads.append(_compose_backward_op(d_out, index, None, 0, rows, 0, padding)[0] if want else None)
+    for g, index, rows, padding, want in zip(d_outs, (ids, type_ids, position_ids), ctx.rows, ctx.padding, wanted):
+        grads.append(_compose_backward_op(g, index, None, 0, rows, 0, padding)[0] if want else None)
     d_tok, d_type, d_pos = grads
     return None, d_tok, None, d_type, d_pos, None, None, None
 

@@ -79,6 +79,24 @@ def assert_grads_equal(model, reference):
         assert torch.equal(p.grad, want[name].grad), name
 
 
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def assert_within_summation_order(got, want, index, d_out):
+    """got and want: one table's gradient, the rows of d_out (N, D) summed
+    per index (N,) in two orders. tokpos adds a row's sources one at a time
+    in (b, t) order up to 64 of them and in blocks of 64 beyond (a fixed
+    order, the same for any thread count); torch's embedding backward adds
+    them one at a time. Two orders of the same float32 sum differ by
+    rounding only: |got - want| <= 4 eps * sum |terms| (the textbook bound
+    is (n - 1) eps for n terms; measured here: under 1 eps)."""
+    D = d_out.shape[-1]
+    terms = torch.zeros(got.shape, dtype=torch.float64).index_add_(
+        0, index.reshape(-1), d_out.reshape(-1, D).abs().double()
+    )
+    assert ((got.double() - want.double()).abs() <= 4 * EPS32 * terms).all()
+
+
 # ---------------------------------------------------------------------------
 # GPT-2
 
@@ -344,7 +362,30 @@ def test_compose_typed_adds_in_bert_order_and_backpropagates():
 
 
 def test_compose_typed_opcheck():
-    torch.library.opcheck(torch.ops.tokpos.compose_typed.default, (*typed_args(requires_grad=True), 3, -1))
+    args = typed_args(requires_grad=True)
+    torch.library.opcheck(torch.ops.tokpos.compose_typed.default, (*args, 3, -1))
+    shared = torch.arange(7)[None]  # one (1, T) row for every b
+    torch.library.opcheck(torch.ops.tokpos.compose_typed.default, (*args[:5], shared, 3, -1))
+
+
+def test_compose_typed_shared_position_row_backpropagates_as_a_broadcast_add():
+    # B = 60: torch's reduction over B is not sequential there; the op sums
+    # the shared row's gradient over B with torch's own sum
+    ids, word, type_ids, types, pos, _ = typed_args(requires_grad=True)
+    ids, type_ids = ids.repeat(20, 1), type_ids.repeat(20, 1)  # B = 60
+    row = torch.arange(3, 10)[None]
+    got = _torch_typed.compose_typed(ids, word, type_ids, types, pos, row, -1, -1, "test")
+    E = torch.nn.functional.embedding  # nn.Embedding's backward, as the model's
+    want = (E(ids, word) + E(type_ids, types)) + E(row, pos)
+    assert torch.equal(got, want)
+    d_out = torch.randn(got.shape, generator=torch.Generator().manual_seed(18))
+    d_word, d_types, d_pos = torch.autograd.grad(got, (word, types, pos), d_out)
+    want_word, want_types, want_pos = torch.autograd.grad(want, (word, types, pos), d_out)
+    assert torch.equal(d_pos, want_pos)
+    assert torch.equal(d_word, want_word)  # at most 64 sources per row: the same order as torch's
+    # 420 sources on 2 type rows: tokpos's blocks of 64, torch's one at a time
+    assert not torch.equal(d_types, want_types)
+    assert_within_summation_order(d_types, want_types, type_ids, d_out)
 
 
 def test_compose_typed_refuses_named():
@@ -396,18 +437,34 @@ def test_roberta_position_ids_are_tokpos_own(monkeypatch):
 @pytest.mark.parametrize("make", [bert, roberta, minilm], ids=["bert", "roberta", "minilm"])
 def test_bert_training_step_gradients_bitwise_equal(make):
     model, reference, _ = twins(make)
-    kwargs = bert_batches(vocab=model.config.vocab_size, pad=model.config.pad_token_id)[3]
-    for m in (model, reference):
-        m.train()
-        m.zero_grad()
-        torch.manual_seed(12)  # the same dropout masks in both
-        m(**kwargs).last_hidden_state.square().sum().backward()
-    got = dict(model.named_parameters())
-    for name, p in reference.named_parameters():
-        if p.grad is None:  # the pooler: not on the loss's path
-            assert got[name].grad is None, name
-        else:
-            assert torch.equal(got[name].grad, p.grad), name
+    batches = bert_batches(vocab=model.config.vocab_size, pad=model.config.pad_token_id)
+    # B = 40: torch sums BERT's broadcast (1, T) position row's gradient over
+    # B in its own (not sequential) order there, which the op keeps
+    wide = torch.randint(PAD + 1, model.config.vocab_size, (40, 6))
+    for kwargs in (batches[3], batches[4], dict(input_ids=wide)):
+        d_sum = {}
+
+        def keep_d_out(mod, inp, out):
+            inp[0].register_hook(lambda g: d_sum.__setitem__("d_out", g))  # the gradient of the sum
+
+        hook = reference.embeddings.LayerNorm.register_forward_hook(keep_d_out)
+        for m in (model, reference):
+            m.train()
+            m.zero_grad()
+            torch.manual_seed(12)  # the same dropout masks in both
+            m(**kwargs).last_hidden_state.square().sum().backward()
+        hook.remove()
+        got = dict(model.named_parameters())
+        for name, p in reference.named_parameters():
+            if p.grad is None:  # the pooler: not on the loss's path
+                assert got[name].grad is None, name
+            elif name == "embeddings.token_type_embeddings.weight" and kwargs["input_ids"].numel() > 64:
+                # every token has type 0: more than 64 sources on one row,
+                # which tokpos adds in blocks of 64 and torch one at a time
+                types = torch.zeros_like(kwargs["input_ids"])
+                assert_within_summation_order(got[name].grad, p.grad, types, d_sum["d_out"])
+            else:
+                assert torch.equal(got[name].grad, p.grad), name
     # the padding rows get no gradient, as nn.Embedding's padding_idx
     pad = model.config.pad_token_id
     assert not model.embeddings.word_embeddings.weight.grad[pad].any()

@@ -16,8 +16,14 @@ tokpos.roberta_position_ids. The three nn.Embedding modules and their
 Parameters stay where they are: parameter count, state_dict keys,
 save_pretrained and resize_token_embeddings are unchanged. The gradients of
 the three tables are each summed per row in increasing (b, t) order, as
-torch's embedding backward sums them; padding_idx rows (the word table's,
-RoBERTa's position table's) get none, as nn.Embedding's.
+torch's embedding backward sums them, and BERT's shared (1, T) position
+row's is summed over B by torch first, as its broadcast add's backward
+does: bitwise equal for rows with at most 64 sources. A row with more (the
+token type table's row 0 once a batch has more than 64 tokens of type 0,
+a frequent word) is summed by tokpos in blocks of 64, by torch one at a
+time, and the two differ by rounding only (tests: within 4 eps of the sum
+of the absolute terms). padding_idx rows (the word table's, RoBERTa's
+position table's) get no gradient, as nn.Embedding's.
 
 Where the fused call does not apply, the model's own code runs:
 inputs_embeds given instead of input_ids, tables or ids not on the CPU,
@@ -58,11 +64,14 @@ def _fusable(embedding, *indices) -> bool:
     )
 
 
-def _broadcast(index, B: int, T: int):
-    """index as the (B, T) contiguous tensor the kernel reads, or None when
-    it is not (B, T) or a (1, T) row broadcast over B."""
+def _broadcast(index, B: int, T: int, shared_row: bool = False):
+    """index as the contiguous (B, T) tensor the kernel reads (or, with
+    shared_row, a (1, T) row as it is), or None when it is not (B, T) or a
+    (1, T) row broadcast over B."""
     if index.dim() != 2 or index.shape[1] != T or index.shape[0] not in (1, B):
         return None
+    if shared_row and index.shape[0] == 1:
+        return index.contiguous()
     return index.expand(B, T).contiguous()
 
 
@@ -74,7 +83,9 @@ def embed_sum(self, input_ids, token_type_ids, position_ids, inputs_embeds):
     if inputs_embeds is None and input_ids.dim() == 2:
         B, T = input_ids.shape
         type_ids = _broadcast(token_type_ids, B, T)
-        pos_ids = _broadcast(position_ids, B, T)
+        # a (1, T) position row stays one row: its gradient is summed over B
+        # as the model's broadcast add sums it
+        pos_ids = _broadcast(position_ids, B, T, shared_row=True)
         if (
             type_ids is not None
             and pos_ids is not None

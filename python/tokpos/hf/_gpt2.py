@@ -17,10 +17,14 @@ left-padded batch); a (1, T) or (T,) row is broadcast over B.
 
 The sum is one float32 addition per element, rounded once to the tables'
 dtype, as torch's add of the two looked-up rows is: the hidden states and
-logits are bitwise equal to the unpatched model's. So are the gradients:
-the token table's are summed per row in increasing (b, t) order, as torch's
-embedding backward (index_add_) sums them, and so are the position table's
-for (B, T) position ids. A (1, T) row shared by the batch (the model's own
+logits are bitwise equal to the unpatched model's. So are the gradients
+of a row with at most 64 sources: the token table's are summed per row in
+increasing (b, t) order, as torch's embedding backward sums them, and so
+are the position table's for (B, T) position ids. A row with more sources
+(a token that appears more than 64 times in the batch) is summed by tokpos
+in blocks of 64 (a fixed order, the same for any thread count), by torch one
+at a time: the two differ by rounding only (tests: within 4 eps of the sum
+of the absolute terms). A (1, T) row shared by the batch (the model's own
 positions) has its gradient summed over B by torch first, as the unpatched
 broadcast add does: torch's reduction over B is not in sequential order for
 larger B (from B = 32 on, a few ulps apart), so the patch keeps it
