@@ -123,6 +123,24 @@ void compose_backward(const std::optional<OutArray>& d_token_table, const std::o
   tokpos::ops::compose_backward(t, p, g.dl, i.dl, pi, start, lookup(w.c_str(), padding_idx, unk_id));
 }
 
+// BERT's sum out (B, T, D) = (token_table[ids] + type_table[type_ids]) +
+// pos_table[position], float32, in that order (ops::compose_typed_forward
+// without its LayerNorm). type_ids null: type 0; position_ids null: t.
+void compose_typed(const OutArray& out, const InArray& ids, const InArray& token_table,
+                   const std::optional<InArray>& type_ids, const std::optional<InArray>& type_table,
+                   const InArray& pos_table, const std::optional<InArray>& position_ids, const char* where) {
+  const Tensor o(out, "out"), i(ids, "ids"), tok(token_table, "token_table"), pos(pos_table, "pos_table");
+  std::optional<Tensor> tids, types, pids;
+  const DLTensor* ti = maybe(tids, type_ids, "type_ids");
+  const DLTensor* ty = maybe(types, type_table, "type_table");
+  const DLTensor* pi = maybe(pids, position_ids, "position_ids");
+  const int64_t V = tok.dl.ndim > 0 ? tok.dl.shape[0] : 0;
+  const std::string w = where;
+  nb::gil_scoped_release release;
+  const tokpos::ops::RowPlan plan(i.dl, V, pi, 0, lookup(w.c_str()));
+  tokpos::ops::compose_typed_forward(o.dl, plan, tok.dl, ti, ty, pos.dl, nullptr, nullptr, 0.0);
+}
+
 // The touched rows and their summed gradients (a sparse COO gradient's
 // indices and values). Returns the row count U; rows (U) int64 and values
 // (U, D) float32 are allocated by the caller from plan_rows' answer.
@@ -241,6 +259,9 @@ NB_MODULE(_core, m) {
   m.def("compose_backward", &compose_backward, nb::arg("d_token_table").none(), nb::arg("d_pos_table").none(),
         nb::arg("d_out"), nb::arg("ids"), nb::arg("position_ids").none(), nb::arg("start"), nb::arg("padding_idx"),
         nb::arg("unk_id"), nb::arg("where"));
+  m.def("compose_typed", &compose_typed, nb::arg("out"), nb::arg("ids"), nb::arg("token_table"),
+        nb::arg("type_ids").none(), nb::arg("type_table").none(), nb::arg("pos_table"),
+        nb::arg("position_ids").none(), nb::arg("where"));
   m.def("sinusoidal_into", &sinusoidal_into, nb::arg("out"), nb::arg("max_context"), nb::arg("dim"),
         nb::arg("base"), nb::arg("layout"), nb::arg("start"), nb::arg("padding_idx").none(),
         nb::arg("min_timescale"));
