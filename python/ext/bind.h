@@ -62,9 +62,10 @@ inline const DLTensor* maybe(std::optional<Tensor>& t, const std::optional<A>& a
   return &t.emplace(*a, name).dl;
 }
 
-// Defined in diagnostics.cc, frontend.cc, io.cc, positions.cc, rope.cc and shard.cc.
+// Defined in diagnostics.cc, frontend.cc, gguf.cc, io.cc, positions.cc, rope.cc and shard.cc.
 void bind_frontend(nb::module_& m);
 void bind_io(nb::module_& m);
+void bind_gguf(nb::module_& m);
 void bind_positions(nb::module_& m);
 void bind_rope(nb::module_& m);
 void bind_shard(nb::module_& m);

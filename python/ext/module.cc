@@ -280,6 +280,7 @@ NB_MODULE(_core, m) {
   m.attr("POSITION_TABLE_STREAM") = tokpos::kPositionTableStream;
 
   tokpos::python::bind_io(m);
+  tokpos::python::bind_gguf(m);
   tokpos::python::bind_positions(m);
   tokpos::python::bind_rope(m);
   tokpos::python::bind_shard(m);

@@ -35,6 +35,7 @@ from .diagnostics import *  # noqa: F401,F403  (the lesson's diagnostics on any 
 from .diagnostics import __all__ as _diagnostics_all
 from .positions import *  # noqa: F401,F403  (position ids, ALiBi)
 from .quant import QuantizedTable  # noqa: F401  (ggml block tables)
+from .gguf import GgufFile, GgufTensor  # noqa: F401  (llama.cpp's files)
 from .quant import as_quantized as _as_quantized
 from .quant import is_quantized as _is_quantized
 from .rope import *  # noqa: F401,F403  (RoPE)
@@ -45,6 +46,8 @@ __version__ = _core.version()
 
 __all__ = [
     "__version__",
+    "GgufFile",
+    "GgufTensor",
     "QuantizedTable",
     "compose",
     "compose_backward",

@@ -93,9 +93,34 @@ uint64_t walk(const tokpos::GgufValue& v) {
     case T::kString:
       for (const char c : v.to_string()) sum += static_cast<uint8_t>(c);
       break;
-    case T::kArray:
+    case T::kArray: {
       for (uint64_t i = 0; i < v.size() && i < 4096; ++i) sum += walk(v.at(i));
+      if (v.size() > 4096) break;
+      // The whole-array conversions agree with the elements' own.
+      const T e = v.array_type();
+      if (e == T::kString) {
+        const auto all = v.to_strings();
+        for (uint64_t i = 0; i < v.size(); ++i) {
+          if (all[i] != v.at(i).to_string()) __builtin_trap();
+        }
+      } else if (e == T::kFloat32 || e == T::kFloat64) {
+        const auto all = v.to_doubles();
+        for (uint64_t i = 0; i < v.size(); ++i) {
+          const double x = v.at(i).to_double();
+          if (std::memcmp(&all[i], &x, sizeof x) != 0) __builtin_trap();
+        }
+      } else if (e != T::kBool && e != T::kArray) {
+        try {
+          const auto all = v.to_int64s();
+          for (uint64_t i = 0; i < v.size(); ++i) {
+            if (all[i] != v.at(i).to_int64()) __builtin_trap();
+          }
+        } catch (const tokpos::Error&) {  // a UINT64 above INT64_MAX
+          if (e != T::kUint64) __builtin_trap();
+        }
+      }
       break;
+    }
     case T::kFloat32:
     case T::kFloat64: sum += v.to_double() > 0; break;
     case T::kBool: sum += v.to_bool(); break;
