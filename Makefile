@@ -104,7 +104,7 @@ check-sanitize: deps
 # libFuzzer (clang) with ASan and UBSan: each target for FUZZ_SECONDS over its
 # seed corpus in tests/fuzz/corpus/<target>; new inputs go to $(BUILD)-fuzz/corpus.
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS = safetensors npy capi tokenizer cli dlpack
+FUZZ_TARGETS = safetensors npy capi tokenizer cli dlpack gguf
 fuzz:
 	@tools/ensure-deps.sh clang libclang-rt-14-dev
 	CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKPOS_WERROR=ON -DTOKPOS_FUZZ=ON \

@@ -11,12 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "expect_error.h"
+#include "replaced_new.h"
 #include "tokpos/error.h"
 #include "tokpos/gguf.h"
 #include "tokpos/npy.h"
@@ -29,8 +31,12 @@ using tokpos::GgufType;
 using tokpos::Status;
 using tokpos::testing::expect_error;
 
-std::string data(const std::string& name) { return std::string(TOKPOS_TEST_DATA) + "/gguf/" + name; }
-std::string scratch(const std::string& name) { return ::testing::TempDir() + name; }
+std::string data(const std::string& name) {
+  return std::string(TOKPOS_TEST_DATA) + "/gguf/" + name;
+}
+std::string scratch(const std::string& name) {
+  return ::testing::TempDir() + name;
+}
 
 // FNV-1a 64 of the bytes, as tools/make_gguf_data.py computes it from gguf-py's reader.
 std::string fnv1a64(std::span<const uint8_t> bytes) {
@@ -57,11 +63,16 @@ void expect_value(const tokpos::GgufValue& v, const nlohmann::json& want) {
   ASSERT_EQ(tokpos::gguf_type_name(v.type()), type);
   if (type != "ARRAY") {
     const auto& w = want["value"];
-    if (type == "STRING") EXPECT_EQ(v.to_string(), w.get<std::string>());
-    else if (type == "BOOL") EXPECT_EQ(v.to_bool(), w.get<bool>());
-    else if (type == "FLOAT32" || type == "FLOAT64") EXPECT_EQ(v.to_double(), w.get<double>());
-    else if (w.is_number_unsigned()) EXPECT_EQ(v.to_uint64(), w.get<uint64_t>());
-    else EXPECT_EQ(v.to_int64(), w.get<int64_t>());
+    if (type == "STRING")
+      EXPECT_EQ(v.to_string(), w.get<std::string>());
+    else if (type == "BOOL")
+      EXPECT_EQ(v.to_bool(), w.get<bool>());
+    else if (type == "FLOAT32" || type == "FLOAT64")
+      EXPECT_EQ(v.to_double(), w.get<double>());
+    else if (w.is_number_unsigned())
+      EXPECT_EQ(v.to_uint64(), w.get<uint64_t>());
+    else
+      EXPECT_EQ(v.to_int64(), w.get<int64_t>());
     return;
   }
   const std::string elem = want["element_type"];
@@ -86,8 +97,10 @@ void expect_value(const tokpos::GgufValue& v, const nlohmann::json& want) {
   } else {
     ASSERT_EQ(v.size(), w.size());
     for (uint64_t i = 0; i < v.size(); ++i) {
-      if (w[i].is_number_unsigned()) EXPECT_EQ(v.at(i).to_uint64(), w[i].get<uint64_t>()) << i;
-      else EXPECT_EQ(v.at(i).to_int64(), w[i].get<int64_t>()) << i;
+      if (w[i].is_number_unsigned())
+        EXPECT_EQ(v.at(i).to_uint64(), w[i].get<uint64_t>()) << i;
+      else
+        EXPECT_EQ(v.at(i).to_int64(), w[i].get<int64_t>()) << i;
     }
   }
 }
@@ -158,7 +171,8 @@ TEST(Gguf, MissingTensorsAndWrongValueTypesAreInvalidArguments) {
   const auto& ctx = *f.find("gpt2.context_length");
   expect_error([&] { ctx.to_string(); }, Status::kInvalidArgument, {"to_string needs STRING", "UINT32"});
   expect_error([&] { ctx.size(); }, Status::kInvalidArgument, {"size needs ARRAY", "UINT32"});
-  expect_error([&] { f.find("test.int8")->to_uint64(); }, Status::kInvalidArgument, {"INT8 value -100 is below 0"});
+  expect_error([&] { f.find("test.int8")->to_uint64(); }, Status::kInvalidArgument,
+               {"INT8 value -100 is below 0"});
   expect_error([&] { f.find("test.uint64")->to_int64(); }, Status::kInvalidArgument,
                {"18000000000000000000 exceeds INT64_MAX"});
   const auto& tokens = *f.find("tokenizer.ggml.tokens");
@@ -195,14 +209,16 @@ TEST(Gguf, UnreadableAndNonRegularFilesAreIoErrors) {
   // An empty regular file maps nothing and is a corrupt file, not an I/O error.
   const auto empty = scratch("empty.gguf");
   std::ofstream(empty).close();
-  expect_error([&] { GgufFile::open(empty); }, Status::kCorruptFile, {empty, "at byte 0: magic needs 4 bytes"});
+  expect_error([&] { GgufFile::open(empty); }, Status::kCorruptFile,
+               {empty, "at byte 0: magic needs 4 bytes"});
 }
 
 // Each token table, looked up through the ops straight from the file's
 // bytes, equals gguf-py's gguf.quants.dequantize of the same rows bit for bit
 // (dequant/TYPE.npy; gguf-py has no q8_K dequantizer).
 TEST(Gguf, TokenTablesLookUpAsGgufPyDequantizes) {
-  for (const char* type : {"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {
+  for (const char* type :
+       {"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {
     SCOPED_TRACE(type);
     const auto f = GgufFile::open(data(std::string("token_embd_") + type + ".gguf"));
     const auto& t = f.tensor("token_embd.weight");
@@ -220,9 +236,11 @@ TEST(Gguf, TokenTablesLookUpAsGgufPyDequantizes) {
     std::vector<float> got(static_cast<size_t>(V * D), -7.0f);
     tokpos::TensorView iv(ids.data(), tokpos::DType::kI64, {1, V});
     tokpos::TensorView ov(got.data(), tokpos::DType::kF32, {1, V, D});
-    tokpos::ops::compose_forward(ov, iv, tokpos::ops::QuantizedTable{&blocks, static_cast<int>(t.ggml_type), D});
+    tokpos::ops::compose_forward(ov, iv,
+                                 tokpos::ops::QuantizedTable{&blocks, static_cast<int>(t.ggml_type), D});
     for (int64_t v = 0; v < V; ++v) {
-      EXPECT_EQ(0, std::memcmp(got.data() + (V - 1 - v) * D, want.data.data() + v * D * 4, static_cast<size_t>(D) * 4))
+      EXPECT_EQ(0, std::memcmp(got.data() + (V - 1 - v) * D, want.data.data() + v * D * 4,
+                               static_cast<size_t>(D) * 4))
           << "row " << v;
     }
   }
@@ -257,8 +275,12 @@ struct Bytes {
 };
 
 // Key/value pairs as the file holds them.
-Bytes kv_string(const std::string& key, const std::string& value) { return Bytes().str(key).u32(8).str(value); }
-Bytes kv_u32(const std::string& key, uint32_t value) { return Bytes().str(key).u32(4).u32(value); }
+Bytes kv_string(const std::string& key, const std::string& value) {
+  return Bytes().str(key).u32(8).str(value);
+}
+Bytes kv_u32(const std::string& key, uint32_t value) {
+  return Bytes().str(key).u32(4).u32(value);
+}
 
 struct TensorSpec {
   std::string name;
@@ -299,7 +321,9 @@ struct Crafted {
 
 constexpr const char* kName = "crafted.gguf";
 
-GgufFile parse(const std::vector<uint8_t>& bytes) { return GgufFile::parse(bytes, kName); }
+GgufFile parse(const std::vector<uint8_t>& bytes) {
+  return GgufFile::parse(bytes, kName);
+}
 
 // Refused as kCorruptFile with the file's name and every piece in the message.
 void expect_refused(const Crafted& c, std::initializer_list<std::string> pieces) {
@@ -340,9 +364,20 @@ TEST(Gguf, TruncatedAtEveryByteIsRefused) {
     const std::vector<uint8_t> cut(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(n));
     expect_error([&] { parse(cut); }, Status::kCorruptFile, {std::string("gguf: ") + kName + ": at byte "});
   }
+  // The same for the file gguf-py wrote, with a value of every type.
+  std::ifstream in(data("gpt2_tiny.gguf"), std::ios::binary);
+  const std::vector<uint8_t> written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(written.size(), 2000u);
+  EXPECT_EQ(parse(written).tensors().size(), 2u);
+  for (size_t n = 0; n < written.size(); ++n) {
+    SCOPED_TRACE(n);
+    const std::vector<uint8_t> cut(written.begin(), written.begin() + static_cast<std::ptrdiff_t>(n));
+    expect_error([&] { parse(cut); }, Status::kCorruptFile, {std::string("gguf: ") + kName + ": at byte "});
+  }
   // Cut inside the data: the last tensor's range is named.
   const std::vector<uint8_t> cut(whole.begin(), whole.end() - 1);
-  expect_error([&] { parse(cut); }, Status::kCorruptFile, {"tensor 'b': data range [32, 32 + 34)", "past the end"});
+  expect_error([&] { parse(cut); }, Status::kCorruptFile,
+               {"tensor 'b': data range [32, 32 + 34)", "past the end"});
 }
 
 TEST(Gguf, WrongMagicVersionOneAndBigEndianAreRefusedByName) {
@@ -356,6 +391,10 @@ TEST(Gguf, WrongMagicVersionOneAndBigEndianAreRefusedByName) {
   expect_refused(c, {"version 4 is not supported (only 2 and 3)"});
   c.version = 0x03000000;  // 3, written big-endian
   expect_refused(c, {"version 50331648 reads as 3 byte-swapped: a big-endian file"});
+  c.version = 0x02000000;
+  expect_refused(c, {"version 33554432 reads as 2 byte-swapped: a big-endian file"});
+  c.version = 0x00020000;  // not a byte-swapped version either
+  expect_refused(c, {"version 131072 is not supported (only 2 and 3)"});
 }
 
 TEST(Gguf, CountsTheFileCannotHoldAreRefusedBeforeAnyAllocation) {
@@ -488,7 +527,8 @@ TEST(Gguf, DataRangesMustBeAlignedInsideTheFileAndApart) {
   expect_refused(c, {"tensor 'b': data range [32, 66) overlaps tensor 'a' at [0, 128)"});
   c = Crafted();
   c.data_bytes = 65;
-  expect_refused(c, {"tensor 'b': data range [32, 32 + 34)", "runs past the end of the file: the section holds 65 bytes"});
+  expect_refused(c, {"tensor 'b': data range [32, 32 + 34)",
+                     "runs past the end of the file: the section holds 65 bytes"});
   c = Crafted();
   c.tensors[1].offset = ~uint64_t{0} - 31;  // a multiple of 32 whose end overflows uint64
   c.data_bytes = 66;
@@ -507,6 +547,50 @@ TEST(Gguf, HundredThousandTensorsParseAndADuplicateIsFound) {
   EXPECT_EQ(f.tensor("t99999").offset, 99999u * 32);
   c.tensors[kN - 1].name = "t5";
   expect_refused(c, {"tensor name 't5' appears twice (tensor 5 and tensor 99999)"});
+}
+
+// Counts as large as the checks allow, followed by a megabyte of zeros:
+// refused or read, no single allocation is larger than the file
+// (replaced_new.h fails any that is, with std::bad_alloc, not a
+// tokpos::Error).
+TEST(Gguf, NoAllocationIsLargerThanTheFile) {
+  constexpr uint64_t kRest = 1 << 20;
+  auto header = [](uint64_t n_tensors, uint64_t n_kv) {
+    Bytes b;
+    b.v = {'G', 'G', 'U', 'F'};
+    b.u32(3).u64(n_tensors).u64(n_kv);
+    return b;
+  };
+  auto zeros = [&](Bytes b) {
+    b.v.resize(b.v.size() + kRest, 0);
+    return b.v;
+  };
+  auto parse_bounded = [](const std::vector<uint8_t>& bytes) {
+    tokpos::testing::t_min_bytes = bytes.size() + 1;
+    tokpos::testing::t_count = 0;
+    tokpos::testing::t_fail_at = 1;
+    try {
+      const auto f = parse(bytes);
+      tokpos::testing::t_fail_at = 0;
+      return f.metadata().size() + f.tensors().size();
+    } catch (...) {
+      tokpos::testing::t_fail_at = 0;
+      throw;
+    }
+  };
+  // 32,768 tensor infos announced: the first has n_dims 0.
+  const auto infos = zeros(header(kRest / 32, 0));
+  expect_error([&] { parse_bounded(infos); }, Status::kCorruptFile,
+               {"tensor '': n_dims 0 is outside [1, 4]"});
+  // 80,659 pairs announced: the second has the first one's (empty) key.
+  const auto pairs = zeros(header(0, kRest / 13));
+  expect_error([&] { parse_bounded(pairs); }, Status::kCorruptFile, {"key '' appears twice (kv 0 and kv 1)"});
+  // Arrays of 131,072 empty strings and of 87,381 empty arrays fill the file exactly, and are read.
+  EXPECT_EQ(parse_bounded(zeros(header(0, 1).str("s").u32(9).u32(8).u64(kRest / 8))), 1u);
+  Bytes nested = header(0, 1).str("n").u32(9).u32(9).u64(kRest / 12);
+  auto nested_bytes = zeros(nested);
+  nested_bytes.resize(nested_bytes.size() - kRest % 12);
+  EXPECT_EQ(parse_bounded(nested_bytes), 1u);
 }
 
 }  // namespace

@@ -88,10 +88,10 @@ class TOKPOS_API GgufValue {
 
   // Scalars. Each is Error(kInvalidArgument) naming the value's type when it
   // does not fit the request.
-  uint64_t to_uint64() const;  // any integer type holding a value >= 0
-  int64_t to_int64() const;    // any integer type holding a value <= INT64_MAX
-  double to_double() const;    // FLOAT32 (widened exactly) or FLOAT64
-  bool to_bool() const;        // BOOL
+  uint64_t to_uint64() const;          // any integer type holding a value >= 0
+  int64_t to_int64() const;            // any integer type holding a value <= INT64_MAX
+  double to_double() const;            // FLOAT32 (widened exactly) or FLOAT64
+  bool to_bool() const;                // BOOL
   std::string_view to_string() const;  // STRING: the bytes as in the file (UTF-8 by the spec)
 
   // Arrays. Error(kInvalidArgument) when this is not an array, or i >= size().
@@ -139,9 +139,9 @@ class TOKPOS_API GgufFile {
   // The bytes are copied, so they need not outlive the call.
   static GgufFile parse(std::span<const uint8_t> bytes, std::string name);
 
-  const std::string& name() const { return name_; }  // the path, or parse's name
-  uint32_t version() const { return version_; }      // 2 or 3
-  uint64_t alignment() const { return alignment_; }  // general.alignment, or 32
+  const std::string& name() const { return name_; }      // the path, or parse's name
+  uint32_t version() const { return version_; }          // 2 or 3
+  uint64_t alignment() const { return alignment_; }      // general.alignment, or 32
   uint64_t data_offset() const { return data_offset_; }  // where the data section starts in the file
   uint64_t file_size() const { return size_; }
 

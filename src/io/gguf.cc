@@ -91,8 +91,8 @@ struct Range {
 }  // namespace
 
 const char* gguf_type_name(GgufType type) {
-  static const char* const kNames[] = {"UINT8", "INT8",  "UINT16", "INT16",  "UINT32", "INT32",  "FLOAT32",
-                                       "BOOL",  "STRING", "ARRAY", "UINT64", "INT64",  "FLOAT64"};
+  static const char* const kNames[] = {"UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",  "FLOAT32",
+                                       "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64",  "FLOAT64"};
   const auto i = static_cast<uint32_t>(type);
   return i <= kLastType ? kNames[i] : "?";
 }
@@ -115,7 +115,8 @@ struct GgufParser {
   template <typename... Field>
   void need(uint64_t n, const Field&... field) const {
     if (n > remaining())
-      corrupt(pos, field..., " needs ", n, " bytes but the file ends at byte ", size, " (", remaining(), " remain)");
+      corrupt(pos, field..., " needs ", n, " bytes but the file ends at byte ", size, " (", remaining(),
+              " remain)");
   }
   template <typename T, typename... Field>
   T read(const Field&... field) {
@@ -130,7 +131,8 @@ struct GgufParser {
     const uint64_t at = pos;
     const auto len = read<uint64_t>(field..., " length");
     if (len > remaining())
-      corrupt(at, field..., " length ", len, " runs past the end of the file: ", remaining(), " bytes remain");
+      corrupt(at, field..., " length ", len, " runs past the end of the file: ", remaining(),
+              " bytes remain");
     const std::string_view s(reinterpret_cast<const char*>(base + pos), static_cast<size_t>(len));
     pos += len;
     return s;
@@ -158,7 +160,8 @@ struct GgufParser {
     if (t != GgufType::kArray) {
       need(fixed_size(t), "key '", key, "': ", gguf_type_name(t), " value");
       v.data_ = base + pos;
-      if (t == GgufType::kBool && base[pos] > 1) corrupt(at, "key '", key, "': BOOL value ", int{base[pos]}, " is not 0 or 1");
+      if (t == GgufType::kBool && base[pos] > 1)
+        corrupt(at, "key '", key, "': BOOL value ", int{base[pos]}, " is not 0 or 1");
       pos += fixed_size(t);
       return v;
     }
@@ -209,14 +212,17 @@ void GgufParser::parse(GgufFile& f) {
   // 1. The header: magic, version, counts.
   need(4, "magic");
   if (std::memcmp(base, "GGUF", 4) != 0) {
-    corrupt(0, "magic is bytes ", detail::cat(int{base[0]}, " ", int{base[1]}, " ", int{base[2]}, " ", int{base[3]}),
+    corrupt(0, "magic is bytes ",
+            detail::cat(int{base[0]}, " ", int{base[1]}, " ", int{base[2]}, " ", int{base[3]}),
             ", not \"GGUF\" (71 71 85 70): not a GGUF file");
   }
   pos = 4;
   const auto version = read<uint32_t>("version");
-  if (version == 1) corrupt(4, "version 1 (GGUF v1, with 32-bit counts) is not supported; only versions 2 and 3");
-  if ((version & 0xffff) == 0 && (version >> 16) != 0) {
-    corrupt(4, "version ", version, " reads as ", __builtin_bswap32(version),
+  if (version == 1)
+    corrupt(4, "version 1 (GGUF v1, with 32-bit counts) is not supported; only versions 2 and 3");
+  // A big-endian file's version 1, 2 or 3, read little-endian.
+  if (const uint32_t swapped = __builtin_bswap32(version); swapped >= 1 && swapped <= 3) {
+    corrupt(4, "version ", version, " reads as ", swapped,
             " byte-swapped: a big-endian file, which is not supported (little-endian versions 2 and 3 only)");
   }
   if (version != 2 && version != 3) corrupt(4, "version ", version, " is not supported (only 2 and 3)");
@@ -242,7 +248,10 @@ void GgufParser::parse(GgufFile& f) {
   }
 
   // 2. The key/value pairs.
-  f.metadata_.reserve(static_cast<size_t>(n_kv));
+  // metadata_ and tensors_ grow as entries are read rather than being
+  // reserved by the counts: an entry in memory is several times the bytes
+  // it may take in the file, so a count is only trusted as far as entries
+  // are actually there.
   for (uint64_t i = 0; i < n_kv; ++i) {
     const uint64_t at = pos;
     const auto key = read_string("kv ", i, " key");
@@ -262,9 +271,8 @@ void GgufParser::parse(GgufFile& f) {
   }
 
   // 3. The tensor infos.
-  std::vector<uint64_t> info_at;  // where each info starts, for the errors of step 4
-  f.tensors_.reserve(static_cast<size_t>(n_tensors));
-  info_at.reserve(static_cast<size_t>(n_tensors));
+  std::vector<uint64_t> info_at;                    // where each info starts, for the errors of step 4
+  info_at.reserve(static_cast<size_t>(n_tensors));  // 8 bytes for each info's 32 or more
   for (uint64_t i = 0; i < n_tensors; ++i) {
     const uint64_t at = pos;
     GgufTensorInfo t;
@@ -290,13 +298,14 @@ void GgufParser::parse(GgufFile& f) {
     const uint64_t type_at = pos;
     const auto type = read<uint32_t>("tensor '", tname, "': ggml type");
     const GgmlTypeTraits* traits = ggml_type_traits(type);
-    if (traits == nullptr) corrupt(type_at, "tensor '", tname, "': ggml type ", type, " is not a known ggml_type");
+    if (traits == nullptr)
+      corrupt(type_at, "tensor '", tname, "': ggml type ", type, " is not a known ggml_type");
     t.ggml_type = traits->type;
     const auto row = ggml_row_bytes(*traits, t.dims[0]);
     if (!row) {
       if (t.dims[0] % traits->block_size != 0) {
-        corrupt(dims_at, "tensor '", tname, "': row ne[0] = ", t.dims[0], " is not a whole number of ", traits->name,
-                " blocks (", traits->block_size, " elements each)");
+        corrupt(dims_at, "tensor '", tname, "': row ne[0] = ", t.dims[0], " is not a whole number of ",
+                traits->name, " blocks (", traits->block_size, " elements each)");
       }
       corrupt(dims_at, "tensor '", tname, "': the row bytes of ne[0] = ", t.dims[0], " ", traits->name,
               " overflow size_t");
@@ -330,8 +339,8 @@ void GgufParser::parse(GgufFile& f) {
     const GgufTensorInfo& t = f.tensors_[i];
     if (t.offset > data_size || t.nbytes > data_size - t.offset) {
       corrupt(info_at[i], "tensor '", t.name, "': data range [", t.offset, ", ", t.offset, " + ", t.nbytes,
-              ") of the data section (at byte ", f.data_offset_, ") runs past the end of the file: the section holds ",
-              data_size, " bytes");
+              ") of the data section (at byte ", f.data_offset_,
+              ") runs past the end of the file: the section holds ", data_size, " bytes");
     }
     ranges.push_back({t.offset, t.offset + t.nbytes, i});
   }
@@ -341,8 +350,8 @@ void GgufParser::parse(GgufFile& f) {
   for (size_t k = 1; k < ranges.size(); ++k) {
     const Range &p = ranges[k - 1], &q = ranges[k];
     if (q.begin < p.end) {
-      corrupt(info_at[q.tensor], "tensor '", f.tensors_[q.tensor].name, "': data range [", q.begin, ", ", q.end,
-              ") overlaps tensor '", f.tensors_[p.tensor].name, "' at [", p.begin, ", ", p.end, ")");
+      corrupt(info_at[q.tensor], "tensor '", f.tensors_[q.tensor].name, "': data range [", q.begin, ", ",
+              q.end, ") overlaps tensor '", f.tensors_[p.tensor].name, "' at [", p.begin, ", ", p.end, ")");
     }
   }
 }
@@ -394,7 +403,8 @@ const GgufTensorInfo& GgufFile::tensor(std::string_view name) const {
   if (it == tensor_index_.end()) {
     std::string some;
     constexpr size_t kListed = 5;
-    for (size_t i = 0; i < tensors_.size() && i < kListed; ++i) some += (i ? ", '" : "'") + tensors_[i].name + "'";
+    for (size_t i = 0; i < tensors_.size() && i < kListed; ++i)
+      some += (i ? ", '" : "'") + tensors_[i].name + "'";
     if (tensors_.size() > kListed) some += ", ...";
     detail::fail(Status::kInvalidArgument, kWhere, name_, ": no tensor named '", name, "' (", tensors_.size(),
                  " tensors in the file", tensors_.empty() ? "" : ": ", some, ")");
@@ -428,7 +438,9 @@ uint64_t GgufValue::to_uint64() const {
     case GgufType::kInt32:
     case GgufType::kInt64: {
       const int64_t v = to_int64();
-      if (v < 0) detail::fail(Status::kInvalidArgument, "GgufValue", "to_uint64: the ", gguf_type_name(type_), " value ", v, " is below 0");
+      if (v < 0)
+        detail::fail(Status::kInvalidArgument, "GgufValue", "to_uint64: the ", gguf_type_name(type_),
+                     " value ", v, " is below 0");
       return static_cast<uint64_t>(v);
     }
     default: wrong_type("to_uint64 needs an integer", type_);
@@ -447,7 +459,8 @@ int64_t GgufValue::to_int64() const {
     case GgufType::kUint64: {
       const uint64_t v = to_uint64();
       if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        detail::fail(Status::kInvalidArgument, "GgufValue", "to_int64: the UINT64 value ", v, " exceeds INT64_MAX");
+        detail::fail(Status::kInvalidArgument, "GgufValue", "to_int64: the UINT64 value ", v,
+                     " exceeds INT64_MAX");
       return static_cast<int64_t>(v);
     }
     default: wrong_type("to_int64 needs an integer", type_);
@@ -482,7 +495,8 @@ uint64_t GgufValue::size() const {
 
 GgufValue GgufValue::at(uint64_t i) const {
   if (!is_array()) wrong_type("at needs ARRAY", type_);
-  if (i >= count_) detail::fail(Status::kInvalidArgument, "GgufValue", "at: index ", i, " is outside [0, ", count_, ")");
+  if (i >= count_)
+    detail::fail(Status::kInvalidArgument, "GgufValue", "at: index ", i, " is outside [0, ", count_, ")");
   const uint64_t each = fixed_size(elem_);
   if (each != 0) {
     GgufValue v;
@@ -500,7 +514,8 @@ GgufValue GgufValue::at(uint64_t i) const {
 }
 
 std::vector<std::string> GgufValue::to_strings() const {
-  if (array_type() != GgufType::kString) wrong_type("to_strings needs an ARRAY of STRING; the elements", elem_);
+  if (array_type() != GgufType::kString)
+    wrong_type("to_strings needs an ARRAY of STRING; the elements", elem_);
   std::vector<std::string> out;
   out.reserve(static_cast<size_t>(count_));
   for (uint64_t i = 0; i < count_; ++i) out.emplace_back(at(i).to_string());
