@@ -17,6 +17,45 @@ static const char* path_of(const char* dir, const char* name) {
 
 static int has(const char* text) { return strstr(tokpos_last_error(), text) != NULL; }
 
+/* IEEE binary16 to float, exactly (every half is a float). */
+static float half_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    float v = (float)man / 1024.0f / 16384.0f; /* subnormal: man * 2^-24 */
+    memcpy(&bits, &v, 4);
+    bits |= sign;
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  }
+  float out;
+  memcpy(&out, &bits, 4);
+  return out;
+}
+
+static DLTensor f32_tensor(float* data, int ndim, int64_t* shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = ndim;
+  t.dtype.code = kDLFloat;
+  t.dtype.bits = 32;
+  t.dtype.lanes = 1;
+  t.shape = shape;
+  return t;
+}
+
+static DLTensor i64_tensor(int64_t* data, int ndim, int64_t* shape) {
+  DLTensor t = f32_tensor(NULL, ndim, shape);
+  t.data = data;
+  t.dtype.code = kDLInt;
+  t.dtype.bits = 64;
+  return t;
+}
+
 static int64_t key(const tokpos_gguf* f, const char* name) {
   int64_t i = -2;
   return tokpos_gguf_find_key(f, name, &i) == TOKPOS_OK ? i : -2;
@@ -93,7 +132,48 @@ int main(int argc, char** argv) {
   CHECK("a tensor index past the end is refused", tokpos_gguf_tensor_at(f, 2, &t) == TOKPOS_INVALID_ARGUMENT);
   CHECK("a missing tensor is refused by name",
         tokpos_gguf_find_tensor(f, "output.weight", &t) == TOKPOS_INVALID_ARGUMENT && has("output.weight"));
+  /* The f32 tables through the blocks view: out = token row + position row. */
+  {
+    tokpos_gguf_tensor tok, pos;
+    static float out[2 * 8];
+    int64_t ids[2] = {5, 15}, ids_shape[1] = {2}, out_shape[2] = {2, 8};
+    const int ok = tokpos_gguf_find_tensor(f, "token_embd.weight", &tok) == TOKPOS_OK &&
+                   tokpos_gguf_find_tensor(f, "position_embd.weight", &pos) == TOKPOS_OK;
+    int64_t pos_shape[2] = {12, 8};
+    DLTensor o = f32_tensor(out, 2, out_shape), i = i64_tensor(ids, 1, ids_shape);
+    DLTensor p = f32_tensor((float*)(uintptr_t)pos.data, 2, pos_shape);
+    const tokpos_status st =
+        ok ? tokpos_op_compose_forward_ggml(&o, &i, &tok.blocks, tok.ggml_type, tok.dims[0], &p, NULL, 3)
+           : TOKPOS_INTERNAL;
+    int same = st == TOKPOS_OK;
+    const float* wte = (const float*)tok.data;
+    const float* wpe = (const float*)pos.data;
+    for (int n = 0; n < 2 && same; ++n)
+      for (int d = 0; d < 8; ++d) same = same && out[n * 8 + d] == wte[ids[n] * 8 + d] + wpe[(3 + n) * 8 + d];
+    CHECK("an f32 file's blocks compose as token + position rows", same);
+  }
   tokpos_gguf_free(f);
+
+  /* Q8_0 from its file: each element d * qs, d the block's fp16 scale. */
+  tokpos_gguf* q8 = NULL;
+  CHECK("a q8_0 table opens", tokpos_gguf_open(&q8, path_of(dir, "token_embd_q8_0.gguf")) == TOKPOS_OK);
+  if (q8 != NULL) {
+    tokpos_gguf_tensor tok;
+    static float out[256];
+    int64_t ids[1] = {2}, ids_shape[1] = {1}, out_shape[2] = {1, 256};
+    DLTensor o = f32_tensor(out, 2, out_shape), i = i64_tensor(ids, 1, ids_shape);
+    int same = tokpos_gguf_find_tensor(q8, "token_embd.weight", &tok) == TOKPOS_OK &&
+               tokpos_op_compose_forward_ggml(&o, &i, &tok.blocks, tok.ggml_type, tok.dims[0], NULL, NULL, 0) ==
+                   TOKPOS_OK;
+    const unsigned char* row = (const unsigned char*)tok.data + 2 * tok.blocks.shape[1];
+    for (int b = 0; b < 8 && same; ++b) {
+      const unsigned char* block = row + b * 34;
+      const float dq = half_to_float((uint16_t)(block[0] | (block[1] << 8)));
+      for (int k = 0; k < 32; ++k) same = same && out[b * 32 + k] == dq * (float)(signed char)block[2 + k];
+    }
+    CHECK("a q8_0 file's row 2 is d * qs, block by block", same);
+    tokpos_gguf_free(q8);
+  }
 
   tokpos_gguf* q = NULL;
   CHECK("a q6_K table opens", tokpos_gguf_open(&q, path_of(dir, "token_embd_q6_k.gguf")) == TOKPOS_OK);
