@@ -222,6 +222,18 @@ def test_gpt2_bfloat16_bitwise_equal():
         assert torch.equal(model(ids).logits, reference(ids).logits)
 
 
+def test_gpt2_under_torch_compile_equals_the_compiled_unpatched_model():
+    # inductor changes the last bits of the model's own layers against eager,
+    # patched or not: the patched compiled model is compared with the compiled unpatched one
+    model, reference, _ = twins(gpt2)
+    ids = seeded(lambda: torch.randint(1, V, (2, 7)), 19)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(model)(ids).logits
+        want = torch.compile(reference)(ids).logits
+    assert torch.equal(got, want)
+
+
 def test_gpt2_float64_runs_the_model_own_lookups(monkeypatch):
     # tokpos has no float64 compose: the patched forward falls back to wte + wpe, the same bits
     model, reference, _ = twins(lambda: gpt2().to(torch.float64))
