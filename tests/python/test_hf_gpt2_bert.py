@@ -204,6 +204,29 @@ def test_gpt2_training_step_gradients_bitwise_equal():
         assert torch.equal(model(ids).logits, reference(ids).logits)
 
 
+def test_gpt2_rows_of_more_than_64_sources_differ_by_rounding_only():
+    # token 5 at 96 of the 120 places: tokpos adds its row in blocks of 64,
+    # torch one source at a time; the position rows (6 sources each) agree bit for bit
+    from tokpos.hf import _gpt2
+
+    model, reference, _ = twins(gpt2)
+    ids = torch.full((20, 6), 5)
+    ids[::5] = torch.arange(10, 16)
+    d_out = seeded(lambda: torch.randn(20, 6, 32), 20)
+    pos = torch.arange(6)[None]
+    got = _gpt2.embed(model.transformer, ids, None, 0)
+    want = reference.transformer.wte(ids) + reference.transformer.wpe(pos)
+    assert torch.equal(got, want)
+    tables = lambda m: (m.transformer.wte.weight, m.transformer.wpe.weight)  # noqa: E731
+    d_tok, d_pos = torch.autograd.grad(got, tables(model), d_out)
+    want_tok, want_pos = torch.autograd.grad(want, tables(reference), d_out)
+    assert torch.equal(d_pos, want_pos)
+    assert not torch.equal(d_tok[5], want_tok[5])
+    assert_within_summation_order(d_tok, want_tok, ids, d_out)
+    rows = torch.arange(V) != 5
+    assert torch.equal(d_tok[rows], want_tok[rows])
+
+
 def test_gpt2_inputs_embeds_and_token_types_as_the_model_computes_them():
     model, reference, _ = twins(gpt2)
     torch.manual_seed(5)
