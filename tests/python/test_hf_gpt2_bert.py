@@ -58,7 +58,10 @@ class Calls:
 
         monkeypatch.setattr(module, attr, counted)
         for n in names:
-            model.get_submodule(n).register_forward_hook(lambda *_, n=n: self.modules.__setitem__(n, self.modules[n] + 1))
+            model.get_submodule(n).register_forward_hook(lambda *_, n=n: self.count(n))
+
+    def count(self, name):
+        self.modules[name] += 1
 
 
 def left_padded(ids, pads, pad_id):
