@@ -10,7 +10,9 @@ position row broadcast over B; the patched stage is the one fused call the
 patched forward makes instead (tokpos.hf._gpt2.embed). Shapes: a prefill
 (B = 8, T = 512), a decode step (B = 8, T = 1 at position 511), and a
 training step of the stage (the prefill's forward and its backward into both
-tables). Each figure is the median of --reps runs after one warm-up, the
+tables). One more row times BERT's sum before LayerNorm at
+all-MiniLM-L6-v2's shape (B = 32, T = 128, random weights): the model's
+(word + token_type) + position against the patch's one call. Each figure is the median of --reps runs after one warm-up, the
 two run in turns; torch and tokpos use the same thread count. The outputs
 (and, for the training step, both tables' gradients) are checked bit for bit
 in the run, and so are the logits of one whole-model forward (B = 1,
@@ -32,7 +34,7 @@ from machine import cpu_details, cpu_model, fmt_ratio, fmt_time  # noqa: E402
 
 import tokpos  # noqa: E402
 import tokpos.hf  # noqa: E402
-from tokpos.hf import _gpt2  # noqa: E402
+from tokpos.hf import _bert, _gpt2  # noqa: E402
 
 
 def median_times(a, b, reps):
@@ -108,6 +110,32 @@ def main():
     rows[f"train step B={B} T={T} (fwd + bwd)"] = median_times(
         lambda: train(plain, stage, pos), lambda: train(fused, _gpt2.embed, None), reps
     )
+
+    # BERT's sum before LayerNorm, all-MiniLM-L6-v2's shape (V = 30522,
+    # D = 384, 512 positions, 2 token types), random weights: the model's
+    # (word + token_type) + position against the one compose_typed call.
+    if args.quick:
+        bert_config = transformers.BertConfig(vocab_size=211, hidden_size=32, max_position_embeddings=64)
+        bB, bT = 2, 16
+    else:
+        bert_config = transformers.BertConfig(vocab_size=30522, hidden_size=384, max_position_embeddings=512)
+        bB, bT = 32, 128
+    bert = transformers.models.bert.modeling_bert.BertEmbeddings(bert_config).eval()
+    bert_ids = torch.randint(0, bert_config.vocab_size, (bB, bT), generator=g)
+    bert_types = (torch.arange(bT) >= bT // 2).long().expand(bB, bT)
+    bert_pos = bert.position_ids[:, :bT]
+
+    def bert_stage():
+        return (bert.word_embeddings(bert_ids) + bert.token_type_embeddings(bert_types)) + bert.position_embeddings(
+            bert_pos
+        )
+
+    def bert_fused():
+        return _bert.embed_sum(bert, bert_ids, bert_types, bert_pos, None)
+
+    with torch.no_grad():
+        agree &= torch.equal(bert_stage(), bert_fused())
+        rows[f"BERT sum B={bB} T={bT} (MiniLM's shape)"] = median_times(bert_stage, bert_fused, reps)
 
     whole = ids[:1, : min(T, 128)]
     with torch.no_grad():

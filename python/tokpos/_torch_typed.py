@@ -6,15 +6,17 @@ calls it).
     tokpos::compose_typed   torch.library custom op, its fake kernel and autograd
 
 out (B, T, D) = (token_table[ids] + type_table[type_ids]) + pos_table[position_ids]
-(position_ids (B, T), or one (1, T) row shared by every b) in that order, each addition in float32 as transformers' BertEmbeddings adds
-the three looked-up rows (the core's compose_typed_forward, without its
-LayerNorm: the model keeps its own). float32 tables only, as the kernel.
+(position_ids (B, T), or one (1, T) row shared by every b) in that order,
+each addition in float32 as transformers' BertEmbeddings adds the three
+looked-up rows (the core's compose_typed_forward, without its LayerNorm: the
+model keeps its own). float32 tables only, as the kernel.
 
 The backward reuses tokpos::compose_backward, once per table, each table's
-rows summed in increasing (b, t) order as torch's embedding backward sums
-them (a shared position row's gradient is d_out summed over B by torch
-first, as a broadcast add's backward sums it, then per row); padding_idx (token rows) and pos_padding_idx (position rows, RoBERTa's)
-get no gradient, as nn.Embedding's padding_idx.
+rows summed as compose's backward sums them (tokpos.h states the order); a
+shared position row's gradient is d_out summed over B by torch first, as a
+broadcast add's backward sums it, then per row. padding_idx (token rows) and
+pos_padding_idx (position rows, RoBERTa's) get no gradient, as
+nn.Embedding's padding_idx.
 """
 
 from __future__ import annotations
@@ -38,7 +40,14 @@ def compose_typed_kernel(ids, token_table, type_ids, type_table, pos_table, posi
         position_ids = position_ids.expand(ids.shape[0], -1).contiguous()
     out = torch.empty([*ids.shape, token_table.shape[-1]], dtype=token_table.dtype)
     _core.compose_typed(
-        out, plain(ids), plain(token_table), plain(type_ids), plain(type_table), plain(pos_table), plain(position_ids), KERNEL
+        out,
+        plain(ids),
+        plain(token_table),
+        plain(type_ids),
+        plain(type_table),
+        plain(pos_table),
+        plain(position_ids),
+        KERNEL,
     )
     return out
 

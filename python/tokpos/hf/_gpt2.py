@@ -27,10 +27,10 @@ at a time: the two differ by rounding only (tests: within 4 eps of the sum
 of the absolute terms). A (1, T) row shared by the batch (the model's own
 positions) has its gradient summed over B by torch first, as the unpatched
 broadcast add does: torch's reduction over B is not in sequential order for
-larger B (from B = 32 on, a few ulps apart), so the patch keeps it
-(_SharedPositions). Under torch.compile the compose op's own backward runs,
-whose position gradient is (b, t) ordered: for B >= 32 and a shared row it
-can differ from the unpatched model's by those few ulps.
+larger B (from B = 32 on the two orders differ by rounding), so the patch
+keeps torch's (_SharedPositions). Under torch.compile the compose op's own
+backward runs, whose position gradient is (b, t) ordered: for B >= 32 and a
+shared row it can differ from the unpatched model's by that rounding.
 
 Where the fused call does not apply, the model's own code runs: inputs_embeds
 given instead of input_ids, tables or ids not on the CPU (tokpos has CPU
