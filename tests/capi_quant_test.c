@@ -2,10 +2,11 @@
  * whose expected rows are computed here from ggml's block layouts
  * (ggml-common.h: block_q8_0 {half d; int8 qs[32]}, block_q4_K {half d;
  * half dmin; uint8 scales[12]; uint8 qs[128]}), element by element, plus
- * the position row; then the refusals (an unsupported type, a value that is
- * no ggml type, a row that is not whole blocks, wrong row bytes, a bad
- * dtype, a NULL table, a bad id), each with its status, a message naming
- * the value, and the output untouched. Prints one line per check and
+ * the position row (into a float32 and a bfloat16 out); then the refusals
+ * (an unsupported type, a value that is no ggml type, a row that is not
+ * whole blocks, wrong row bytes, a bad dtype, a NULL table, a bad id, a
+ * position past the table), each with its status, a message naming the
+ * value, and the output untouched. Prints one line per check and
  * "N passed, M failed". */
 #include <math.h>
 #include <stdint.h>
@@ -50,7 +51,8 @@ static DLTensor tensor(void* data, DLDataType dtype, int ndim, int64_t* shape) {
   return t;
 }
 
-static const DLDataType kF32 = {kDLFloat, 32, 1}, kI64 = {kDLInt, 64, 1}, kU8 = {kDLUInt, 8, 1};
+static const DLDataType kF32 = {kDLFloat, 32, 1}, kBF16 = {kDLBfloat, 16, 1}, kI64 = {kDLInt, 64, 1},
+                        kU8 = {kDLUInt, 8, 1};
 
 /* A canary output: every byte 0xA5, which no result here has. */
 enum { CANARY_FLOATS = 6 * 256 };
@@ -116,6 +118,18 @@ static void q8_0_forward(void) {
   CHECK("q8_0 without positions = qs * d, bit for bit",
         tokpos_op_compose_forward_ggml(&o, &i, &tb, GGML_Q8_0, Q8_D, NULL, NULL, 0) == TOKPOS_OK &&
             memcmp(out, want_tok, sizeof out) == 0);
+
+  /* A bfloat16 out: the float32 sum rounded once, to nearest even (no NaN here). */
+  static uint16_t out_bf16[B * T * Q8_D], want_bf16[B * T * Q8_D];
+  for (int n = 0; n < B * T * Q8_D; ++n) {
+    uint32_t bits;
+    memcpy(&bits, &want[n], sizeof bits);
+    want_bf16[n] = (uint16_t)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  }
+  DLTensor ob = tensor(out_bf16, kBF16, 3, oshape);
+  CHECK("q8_0 + positions into bfloat16 = the float32 sum rounded once, bit for bit",
+        tokpos_op_compose_forward_ggml(&ob, &i, &tb, GGML_Q8_0, Q8_D, &pt, NULL, 0) == TOKPOS_OK &&
+            memcmp(out_bf16, want_bf16, sizeof out_bf16) == 0);
 
   DLTensor canary = tensor(g_out.f, kF32, 3, oshape);
   char msg[64];
