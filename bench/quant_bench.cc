@@ -31,7 +31,7 @@
 // -ffp-contract=off (tokpos_flags) keeps the plain loop's q*d + m from
 // becoming a fused multiply-add, as ggml's scalar loops round.
 //
-//   build/bin/tokpos_quant_bench              (about 2 minutes)
+//   build/bin/tokpos_quant_bench              (half a minute idle, two on a loaded machine)
 //   build/bin/tokpos_quant_bench --quick --shape tiny
 #include <dlfcn.h>
 #include <dlpack/dlpack.h>

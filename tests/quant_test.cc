@@ -83,6 +83,46 @@ TEST(QuantParity, EveryTypeCpuEqualsReference) {
   }
 }
 
+// The 16-bit outputs and position tables: each element rounded once to out's
+// dtype from the same float sum, on the fused and the streamed paths alike.
+TEST(QuantParity, SixteenBitOutputsAndPositionsCpuEqualsReference) {
+  std::mt19937 rng(11);
+  for (GgmlType t : kTypes) {
+    const auto& tr = *tokpos::ggml_type_traits(static_cast<int>(t));
+    const int64_t V = 5, D = 2 * tr.block_size, B = 2, T = 13, L = 16;
+    auto blocks = random_blocks(t, V, D, rng);
+    const int64_t rb = static_cast<int64_t>(*tokpos::ggml_row_bytes(tr, D));
+    tokpos::TensorView bl(blocks.data(), DType::kI32, {V, rb});
+    DLTensor bt = bl;
+    bt.dtype = {kDLUInt, 8, 1};
+    std::vector<int64_t> ids(B * T);
+    for (auto& x : ids) x = static_cast<int64_t>(rng() % V);
+    std::vector<uint16_t> pos(L * D);
+    for (auto& x : pos) x = tokpos::fp::to_f16(std::uniform_real_distribution<float>(-1, 1)(rng)).bits;
+    tokpos::TensorView iv(ids.data(), DType::kI64, {B, T});
+    tokpos::TensorView pv(pos.data(), DType::kF16, {L, D});
+    const tokpos::ops::QuantizedTable q{&bt, static_cast<int>(t), D};
+    for (DType out_type : {DType::kBF16, DType::kF16})
+      for (bool with_pos : {false, true}) {
+        std::vector<uint16_t> ref(B * T * D), got(B * T * D);
+        tokpos::TensorView rv(ref.data(), out_type, {B, T, D});
+        tokpos::Context rc;
+        rc.set_backend("reference");
+        tokpos::ops::compose_forward(rv, iv, q, with_pos ? pv.get() : nullptr, nullptr, 1, {}, &rc);
+        for (int64_t stream : {int64_t{0}, INT64_MAX}) {
+          std::fill(got.begin(), got.end(), uint16_t{0x7777});
+          tokpos::TensorView gv(got.data(), out_type, {B, T, D});
+          tokpos::Context c;
+          c.set_num_threads(2).set_stream_min_bytes(stream);
+          tokpos::ops::compose_forward(gv, iv, q, with_pos ? pv.get() : nullptr, nullptr, 1, {}, &c);
+          ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * 2))
+              << tr.name << (out_type == DType::kBF16 ? " bf16" : " f16") << " out, positions " << with_pos
+              << ", stream threshold " << stream;
+        }
+      }
+  }
+}
+
 TEST(QuantErrors, RowNotWholeBlocksNamesTypeAndBlockSize) {
   std::vector<uint8_t> blocks(34 * 2);
   std::vector<float> out(40);

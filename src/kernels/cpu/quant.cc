@@ -1,8 +1,8 @@
 // The cpu forward from a quantized token table: for each token, each block of
-// its row dequantized (quant.h, ggml's loops) into a block-sized buffer that
-// stays in L1 (32 floats for the 32-element types: registers), the position
-// row's block added in float and the sum stored, in the same pass; the next
-// block overwrites the buffer. OpenMP over tokens as the plain forward
+// its row dequantized (quant.h, ggml's loops), the position row's element
+// added in float and the sum stored, in the same vectorised loop. A streamed
+// output goes through a block-sized buffer in L1 for its non-temporal stores;
+// the next block overwrites it. OpenMP over tokens as the plain forward
 // (cpu_common.h), streaming stores for outputs past the stream threshold.
 // Every element is computed by the same operations whatever the clone, the
 // thread count or the store, so the bits are the reference's.
@@ -101,9 +101,22 @@ __attribute__((always_inline)) inline void rows(const QuantGather& q, int64_t n0
     }
     const bool aligned = reinterpret_cast<uintptr_t>(o) % 16 == 0;
     const uint8_t* row = q.tok.data + ix * ts;
-    for (int64_t k = 0; k < nblocks; ++k) {
-      Blk::dequant(row + k * Blk::kBytes, y);
-      emit<Pos, Out, kN>(o + k * kN, y, p == nullptr ? nullptr : p + k * kN, stream && aligned);
+    if (stream && aligned) {
+      for (int64_t k = 0; k < nblocks; ++k) {
+        Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { y[j] = v; });
+        emit<Pos, Out, kN>(o + k * kN, y, p == nullptr ? nullptr : p + k * kN, true);
+      }
+    } else if (p != nullptr) {
+      for (int64_t k = 0; k < nblocks; ++k) {
+        Out* __restrict ok = o + k * kN;
+        const Pos* __restrict pk = p + k * kN;
+        Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { ok[j] = to_out<Out>(v + fp::to_f32(pk[j])); });
+      }
+    } else {
+      for (int64_t k = 0; k < nblocks; ++k) {
+        Out* __restrict ok = o + k * kN;
+        Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { ok[j] = to_out<Out>(v); });
+      }
     }
   }
 #ifdef TOKPOS_QUANT_STREAM

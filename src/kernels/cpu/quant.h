@@ -1,7 +1,11 @@
 // Private to the cpu back end: ggml's dequantize_row_* one block at a time,
 // as ggml-quants.c writes each loop (the same operations in the same order,
 // so the same bits), inlined into the forward (quant.cc) so each clone
-// vectorises them for its ISA. y receives the block's kBlock floats.
+// vectorises them for its ISA. Each element's value v goes to put(j, v), j
+// its index in the block [0, kSize): the forward adds the position element
+// and stores it in the same vectorised loop, so no block passes through a
+// buffer in memory (a buffer written with one vector width and read back with
+// another stalls on store forwarding).
 #pragma once
 
 #include <cstdint>
@@ -27,10 +31,11 @@ struct Block;
 template <>
 struct Block<GgmlType::kQ8_0> {
   static constexpr int kSize = 32, kBytes = 34;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
     const float d = half_at(x);
     const auto* qs = reinterpret_cast<const int8_t*>(x + 2);
-    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
+    for (int j = 0; j < 32; ++j) put(j, static_cast<float>(qs[j]) * d);
   }
 };
 
@@ -38,14 +43,15 @@ struct Block<GgmlType::kQ8_0> {
 template <>
 struct Block<GgmlType::kQ4_0> {
   static constexpr int kSize = 32, kBytes = 18;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
     const float d = half_at(x);
     const uint8_t* qs = x + 2;
     for (int j = 0; j < 16; ++j) {
       const int x0 = (qs[j] & 0x0F) - 8;
       const int x1 = (qs[j] >> 4) - 8;
-      y[j] = static_cast<float>(x0) * d;
-      y[j + 16] = static_cast<float>(x1) * d;
+      put(j, static_cast<float>(x0) * d);
+      put(j + 16, static_cast<float>(x1) * d);
     }
   }
 };
@@ -54,14 +60,15 @@ struct Block<GgmlType::kQ4_0> {
 template <>
 struct Block<GgmlType::kQ4_1> {
   static constexpr int kSize = 32, kBytes = 20;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
     const float d = half_at(x), m = half_at(x + 2);
     const uint8_t* qs = x + 4;
     for (int j = 0; j < 16; ++j) {
       const int x0 = qs[j] & 0x0F;
       const int x1 = qs[j] >> 4;
-      y[j] = static_cast<float>(x0) * d + m;
-      y[j + 16] = static_cast<float>(x1) * d + m;
+      put(j, static_cast<float>(x0) * d + m);
+      put(j + 16, static_cast<float>(x1) * d + m);
     }
   }
 };
@@ -70,7 +77,8 @@ struct Block<GgmlType::kQ4_1> {
 template <>
 struct Block<GgmlType::kQ5_0> {
   static constexpr int kSize = 32, kBytes = 22;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
     const float d = half_at(x);
     uint32_t qh;
     std::memcpy(&qh, x + 2, 4);
@@ -80,8 +88,8 @@ struct Block<GgmlType::kQ5_0> {
       const auto xh_1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
       const int32_t x0 = ((qs[j] & 0x0F) | xh_0) - 16;
       const int32_t x1 = ((qs[j] >> 4) | xh_1) - 16;
-      y[j] = static_cast<float>(x0) * d;
-      y[j + 16] = static_cast<float>(x1) * d;
+      put(j, static_cast<float>(x0) * d);
+      put(j + 16, static_cast<float>(x1) * d);
     }
   }
 };
@@ -90,7 +98,8 @@ struct Block<GgmlType::kQ5_0> {
 template <>
 struct Block<GgmlType::kQ5_1> {
   static constexpr int kSize = 32, kBytes = 24;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
     const float d = half_at(x), m = half_at(x + 2);
     uint32_t qh;
     std::memcpy(&qh, x + 4, 4);
@@ -100,8 +109,8 @@ struct Block<GgmlType::kQ5_1> {
       const auto xh_1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
       const int x0 = (qs[j] & 0x0F) | xh_0;
       const int x1 = (qs[j] >> 4) | xh_1;
-      y[j] = static_cast<float>(x0) * d + m;
-      y[j + 16] = static_cast<float>(x1) * d + m;
+      put(j, static_cast<float>(x0) * d + m);
+      put(j + 16, static_cast<float>(x1) * d + m);
     }
   }
 };
@@ -110,7 +119,9 @@ struct Block<GgmlType::kQ5_1> {
 template <>
 struct Block<GgmlType::kQ2_K> {
   static constexpr int kSize = 256, kBytes = 84;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
+    int i = 0;  // the next element's index
     const float d = half_at(x + 80), min = half_at(x + 82);
     const uint8_t* scales = x;
     const uint8_t* q = x + 16;
@@ -120,12 +131,15 @@ struct Block<GgmlType::kQ2_K> {
       for (int j = 0; j < 4; ++j) {
         uint8_t sc = scales[is++];
         float dl = d * static_cast<float>(sc & 0xF), ml = min * static_cast<float>(sc >> 4);
-        for (int l = 0; l < 16; ++l) *y++ = dl * static_cast<float>(static_cast<int8_t>((q[l] >> shift) & 3)) - ml;
+        for (int l = 0; l < 16; ++l)
+          put(i + l, dl * static_cast<float>(static_cast<int8_t>((q[l] >> shift) & 3)) - ml);
+        i += 16;
         sc = scales[is++];
         dl = d * static_cast<float>(sc & 0xF);
         ml = min * static_cast<float>(sc >> 4);
         for (int l = 0; l < 16; ++l)
-          *y++ = dl * static_cast<float>(static_cast<int8_t>((q[l + 16] >> shift) & 3)) - ml;
+          put(i + l, dl * static_cast<float>(static_cast<int8_t>((q[l + 16] >> shift) & 3)) - ml);
+        i += 16;
         shift += 2;
       }
       q += 32;
@@ -137,7 +151,9 @@ struct Block<GgmlType::kQ2_K> {
 template <>
 struct Block<GgmlType::kQ3_K> {
   static constexpr int kSize = 256, kBytes = 110;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
+    int i = 0;  // the next element's index
     constexpr uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
     const float d_all = half_at(x + 108);
     uint32_t aux[4];
@@ -158,10 +174,14 @@ struct Block<GgmlType::kQ3_K> {
       for (int j = 0; j < 4; ++j) {
         float dl = d_all * static_cast<float>(scales[is++] - 32);
         for (int l = 0; l < 16; ++l)
-          *y++ = dl * static_cast<float>(static_cast<int8_t>((q[l + 0] >> shift) & 3) - ((hm[l + 0] & m) ? 0 : 4));
+          put(i + l, dl * static_cast<float>(static_cast<int8_t>((q[l + 0] >> shift) & 3) -
+                                             ((hm[l + 0] & m) ? 0 : 4)));
+        i += 16;
         dl = d_all * static_cast<float>(scales[is++] - 32);
         for (int l = 0; l < 16; ++l)
-          *y++ = dl * static_cast<float>(static_cast<int8_t>((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
+          put(i + l, dl * static_cast<float>(static_cast<int8_t>((q[l + 16] >> shift) & 3) -
+                                             ((hm[l + 16] & m) ? 0 : 4)));
+        i += 16;
         shift += 2;
         m = static_cast<uint8_t>(m << 1);
       }
@@ -185,7 +205,9 @@ TOKPOS_QUANT_INLINE void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, u
 template <>
 struct Block<GgmlType::kQ4_K> {
   static constexpr int kSize = 256, kBytes = 144;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
+    int i = 0;  // the next element's index
     const float d = half_at(x), min = half_at(x + 2);
     const uint8_t* scales = x + 4;
     const uint8_t* q = x + 16;
@@ -196,8 +218,10 @@ struct Block<GgmlType::kQ4_K> {
       const float d1 = d * static_cast<float>(sc), m1 = min * static_cast<float>(m);
       get_scale_min_k4(is + 1, scales, &sc, &m);
       const float d2 = d * static_cast<float>(sc), m2 = min * static_cast<float>(m);
-      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+      for (int l = 0; l < 32; ++l) put(i + l, d1 * static_cast<float>(q[l] & 0xF) - m1);
+      i += 32;
+      for (int l = 0; l < 32; ++l) put(i + l, d2 * static_cast<float>(q[l] >> 4) - m2);
+      i += 32;
       q += 32;
       is += 2;
     }
@@ -208,7 +232,9 @@ struct Block<GgmlType::kQ4_K> {
 template <>
 struct Block<GgmlType::kQ5_K> {
   static constexpr int kSize = 256, kBytes = 176;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
+    int i = 0;  // the next element's index
     const float d = half_at(x), min = half_at(x + 2);
     const uint8_t* scales = x + 4;
     const uint8_t* qh = x + 16;
@@ -221,8 +247,12 @@ struct Block<GgmlType::kQ5_K> {
       const float d1 = d * static_cast<float>(sc), m1 = min * static_cast<float>(m);
       get_scale_min_k4(is + 1, scales, &sc, &m);
       const float d2 = d * static_cast<float>(sc), m2 = min * static_cast<float>(m);
-      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+      for (int l = 0; l < 32; ++l)
+        put(i + l, d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1);
+      i += 32;
+      for (int l = 0; l < 32; ++l)
+        put(i + l, d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2);
+      i += 32;
       ql += 32;
       is += 2;
       u1 = static_cast<uint8_t>(u1 << 2);
@@ -232,27 +262,33 @@ struct Block<GgmlType::kQ5_K> {
 };
 
 // block_q6_K {uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; ggml_half d;}
+// ggml's loop over l < 32 takes scale is = l / 16; here each half of it is a
+// loop of its own with d * sc hoisted out (the same (d * sc) * q, so the same
+// bits), which GCC vectorises: the l / 16 form it leaves scalar.
 template <>
 struct Block<GgmlType::kQ6_K> {
   static constexpr int kSize = 256, kBytes = 210;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
     const float d = half_at(x + 208);
     const uint8_t* ql = x;
     const uint8_t* qh = x + 128;
     const auto* sc = reinterpret_cast<const int8_t*>(x + 192);
     for (int n = 0; n < 256; n += 128) {
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = static_cast<int8_t>((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = static_cast<int8_t>((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l + 0] = d * static_cast<float>(sc[is + 0]) * static_cast<float>(q1);
-        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+      for (int is = 0; is < 2; ++is) {
+        const float d1 = d * static_cast<float>(sc[is + 0]), d2 = d * static_cast<float>(sc[is + 2]);
+        const float d3 = d * static_cast<float>(sc[is + 4]), d4 = d * static_cast<float>(sc[is + 6]);
+        for (int l = 16 * is; l < 16 * is + 16; ++l) {
+          const int q1 = static_cast<int8_t>((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+          const int q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+          const int q3 = static_cast<int8_t>((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+          const int q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+          put(n + l + 0, d1 * static_cast<float>(q1));
+          put(n + l + 32, d2 * static_cast<float>(q2));
+          put(n + l + 64, d3 * static_cast<float>(q3));
+          put(n + l + 96, d4 * static_cast<float>(q4));
+        }
       }
-      y += 128;
       ql += 64;
       qh += 32;
       sc += 8;
@@ -264,11 +300,12 @@ struct Block<GgmlType::kQ6_K> {
 template <>
 struct Block<GgmlType::kQ8_K> {
   static constexpr int kSize = 256, kBytes = 292;
-  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, float* __restrict y) {
+  template <typename Put>
+  static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
     float d;
     std::memcpy(&d, x, 4);
     const auto* qs = reinterpret_cast<const int8_t*>(x + 4);
-    for (int j = 0; j < 256; ++j) y[j] = d * static_cast<float>(qs[j]);
+    for (int j = 0; j < 256; ++j) put(j, d * static_cast<float>(qs[j]));
   }
 };
 
