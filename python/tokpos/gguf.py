@@ -46,29 +46,18 @@ class GgufTensor:
     def numpy(self) -> np.ndarray:
         """The values as float32, of shape `shape`: an f32 tensor is viewed in
         place (read-only); any other type a token table may have is
-        dequantized as ggml's dequantize_row_<type> does (through
-        tokpos.compose, bit for bit)."""
+        dequantized as ggml's dequantize_row_<type> does (the lookup
+        tokpos.compose does, of every row, bit for bit)."""
         if self.type == "f32":
             return self.data.view(np.float32).reshape(self.shape)
-        from . import compose  # the package's compose: ggml blocks in, float32 out
-
-        rows = self.data.shape[0]
-        table = _Rows(self, rows)
-        return compose(np.arange(rows, dtype=np.int64), table).reshape(self.shape)
+        rows, dim = self.data.shape[0], self.dims[0]
+        out = np.empty((rows, dim), np.float32)
+        _core.compose_ggml(out, np.arange(rows, dtype=np.int64), self.data, self.ggml_type, dim, None, None, 0,
+                           "tokpos.GgufTensor.numpy")
+        return out.reshape(self.shape)
 
     def __repr__(self) -> str:
         return f"GgufTensor({self.name!r}, type={self.type!r}, shape={self.shape}, nbytes={self.nbytes})"
-
-
-class _Rows:
-    """A tensor of any rank as the (rows, ne[0]) table compose reads."""
-
-    __slots__ = ("ggml_type", "data", "shape")
-
-    def __init__(self, t: GgufTensor, rows: int):
-        self.ggml_type = t.ggml_type
-        self.data = t.data
-        self.shape = (rows, t.dims[0])
 
 
 class GgufFile:
