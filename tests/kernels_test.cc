@@ -163,8 +163,8 @@ double relative_difference(double a, double b) {
 
 // The comparison itself: bit for bit at tolerance 0, else relative.
 TEST(Kernels, AgreementFollowsTheDeclaredTolerance) {
-  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr, nullptr, nullptr};
-  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr, nullptr, nullptr};
+  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
   const std::vector<float> want{1.0f, -2.0f, 0.0f, HUGE_VALF};
   EXPECT_TRUE(agrees(exact, want, want));
   EXPECT_FALSE(agrees(exact, want, {1.0f, -2.0f, -0.0f, HUGE_VALF}));  // -0 is other bits
@@ -784,6 +784,139 @@ TEST(Kernels, BackwardAddsFewSourcesOneAtATime) {
       be->index_add_rows(kn::GradTarget{}, target(q, D, rows, groups, V), source, {.threads = threads});
       EXPECT_TRUE(agrees(*be, want, q)) << "b target alone, threads " << threads;
     }
+}
+
+// ---- float64 ------------------------------------------------------------------------
+
+bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+// n doubles spanning 2^-30 .. 2^17 with full 53-bit significands (a float
+// holds none of them exactly), so a kernel that rounds through float shows.
+std::vector<double> wide_noise64(size_t n, uint64_t seed) {
+  const auto v = wide_noise(n, seed), w = noise(n, seed + 1000);
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = static_cast<double>(v[i]) * (1.0 + 0x1p-30 * static_cast<double>(w[i]));
+  return out;
+}
+
+// The float64 forward is the exact double sum tok[row] + pos[pos] (no
+// rounding), UNK and vocab-shard rows as for float; every back end, layout,
+// index case and thread count.
+TEST(Kernels, ForwardF64MeetsTheDefinition) {
+  for (const auto& [B, T, D, V] : {Shape{3, 6, 7, 5}, Shape{8, 128, 768, 500}}) {
+    const int64_t L = T + 6, start = 2, N = B * T, unk = 3, ts = D + 3, ps = D + 1;
+    const auto tok = wide_noise64(static_cast<size_t>(V * ts), 51),
+               pos = wide_noise64(static_cast<size_t>(L * ps), 52);
+    auto ids = ids_mod(N, V, 53);
+    ids[2] = V, ids[4] = -1, ids[N - 1] = V + 100;
+    const auto pos_ids = ids_mod(N, L, 54);
+    for (const kn::KernelTable* be : kn::backends())
+      for (const Layout layout : kLayouts)
+        for (const IdCase& ic : kIdCases)
+          for (const bool with_pos : {false, true})
+            for (const bool shard : {false, true})
+              for (const int threads : kThreadCounts) {
+                const Ids id_view = make_ids(ids, B, T, layout, ic.ids, 0);
+                const Ids pos_view = make_ids(pos_ids, B, T, layout, ic.pos_ids.value_or(DType::kI64), 0);
+                const OutLayout ol = out_layout(layout, B, T, D);
+                std::vector<double> want(static_cast<size_t>(ol.elems), -7.0), got = want;
+                for (int64_t b = 0; b < B; ++b)
+                  for (int64_t t = 0; t < T; ++t) {
+                    const int64_t id = logical(ids, layout, b, t, T);
+                    const bool inside = id >= 0 && id < V;
+                    const int64_t row = inside ? id : unk;
+                    const int64_t p = ic.pos_ids ? logical(pos_ids, layout, b, t, T) : start + t;
+                    for (int64_t d = 0; d < D; ++d) {
+                      const double x = shard && !inside ? 0.0 : tok[row * ts + d];
+                      want[b * ol.sb + t * ol.st + d] =
+                          with_pos ? (shard && !inside ? pos[p * ps + d] : x + pos[p * ps + d]) : x;
+                    }
+                  }
+                kn::Gather g;
+                g.out = {got.data(), DType::kF64, ol.sb, ol.st};
+                g.ids = id_view.index;
+                g.V = V, g.unk_id = unk, g.zero_outside = shard;
+                g.tok = {tok.data(), DType::kF64, ts};
+                if (with_pos) g.pos = {pos.data(), DType::kF64, ps};
+                if (ic.pos_ids) g.pos_ids = pos_view.index;
+                g.L = L;
+                g.start = start;
+                g.B = B, g.T = T, g.D = D;
+                be->compose_forward(g, {.threads = threads});
+                EXPECT_TRUE(bitwise_equal(want, got))
+                    << be->name << " B" << B << " " << layout_name(layout) << ", " << id_case_name(ic)
+                    << ", pos " << with_pos << ", shard " << shard << ", threads " << threads;
+              }
+  }
+}
+
+// The float64 backward against its definition (kernels.h) written out here:
+// each row's sources in increasing i, one at a time up to kRowBlock, else
+// blocks of kRowBlock summed from their first source; padding rows (-1)
+// skipped; two targets are the two one-target scatters. Every back end,
+// thread count, with and without a workspace, on every agreement shape.
+TEST_P(KernelAgreement, BackwardF64MeetsTheDefinition) {
+  const auto [B, T, D, V] = GetParam();
+  const int64_t N = B * T, L = T + 5, start = 3, as = D + 3, bs = D + 2, st = D + 4;
+  auto token_rows = ids_mod(N, V, 6);
+  if (N > 2) token_rows[1] = -1;
+  if (N > 5) token_rows[N - 3] = -1;
+  std::vector<int64_t> positions(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) positions[n] = start + n % T;
+  const kn::RowGroups token_groups = kn::group_rows(token_rows.data(), N, V);
+  const kn::RowGroups position_groups = kn::group_rows(positions.data(), N, L);
+  const auto src = wide_noise64(static_cast<size_t>(N * st), 9);
+  const kn::Source64 source{src.data(), T * st, st, B, T, D};
+  const auto init_a = wide_noise64(static_cast<size_t>(V * as), 10),
+             init_b = wide_noise64(static_cast<size_t>(L * bs), 11);
+  auto definition = [&](std::vector<double> grad, int64_t stride, const std::vector<int64_t>& rows, int64_t R,
+                        bool blocked) {
+    for (int64_t r = 0; r < R; ++r) {
+      std::vector<int64_t> list;
+      for (int64_t i = 0; i < N; ++i)
+        if (rows[i] == r) list.push_back(i);
+      const bool blocks = blocked && list.size() > static_cast<size_t>(kn::kRowBlock);
+      for (int64_t d = 0; d < D; ++d) {
+        double& g = grad[r * stride + d];
+        if (!blocks) {
+          for (const int64_t i : list) g += src[i * st + d];
+          continue;
+        }
+        for (size_t b0 = 0; b0 < list.size(); b0 += kn::kRowBlock) {
+          double block = src[list[b0] * st + d];
+          for (size_t k = b0 + 1; k < std::min(list.size(), b0 + kn::kRowBlock); ++k)
+            block += src[list[k] * st + d];
+          g += block;
+        }
+      }
+    }
+    return grad;
+  };
+  const auto want_a = definition(init_a, as, token_rows, V, true),
+             want_b = definition(init_b, bs, positions, L, true);
+  if (token_groups.max_sources() > kn::kRowBlock) {
+    EXPECT_FALSE(bitwise_equal(want_a, definition(init_a, as, token_rows, V, false)))
+        << "the data must tell the blocked order from one at a time";
+  }
+  for (const kn::KernelTable* be : kn::backends())
+    for (const int threads : kThreadCounts)
+      for (const bool with_ws : {false, true})
+        for (int targets = 0; targets < 3; ++targets) {  // tokens, positions, both
+          kn::Workspace ws;
+          std::vector<double> ga = init_a, gb = init_b;
+          kn::GradTarget64 a{ga.data(), as, token_rows.data(), &token_groups, V};
+          kn::GradTarget64 b{gb.data(), bs, positions.data(), &position_groups, L};
+          if (targets == 1) a.grad = nullptr;
+          if (targets == 0) b.grad = nullptr;
+          be->index_add_rows_f64(a, b, source, {.threads = threads, .ws = with_ws ? &ws : nullptr});
+          const std::string what = std::string(be->name) + ", targets " + std::to_string(targets) +
+                                   ", threads " + std::to_string(threads) + (with_ws ? ", workspace" : "");
+          EXPECT_TRUE(bitwise_equal(ga, targets == 1 ? init_a : want_a)) << "token gradient, " << what;
+          EXPECT_TRUE(bitwise_equal(gb, targets == 0 ? init_b : want_b)) << "position gradient, " << what;
+        }
 }
 
 // ---- Threads, workspaces, grouping -------------------------------------------------
