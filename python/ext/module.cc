@@ -84,7 +84,7 @@ void compose_raw(uintptr_t out, uintptr_t ids, int ids_dtype, int64_t B, int64_t
   using tokpos::DType;
   using tokpos::TensorView;
   auto dtype = [](int code, const char* name) {
-    if (code < 0 || code > static_cast<int>(DType::kI64)) {
+    if (code < 0 || code > static_cast<int>(DType::kF64)) {
       throw tokpos::Error(tokpos::Status::kInvalidArgument,
                           std::string("tokpos: ") + name + " has unknown dtype code " + std::to_string(code));
     }

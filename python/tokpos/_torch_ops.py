@@ -85,7 +85,7 @@ def plain(t: Optional[Tensor]) -> Optional[Tensor]:
     return t
 
 
-def lazy_zeros(rows: int, dim: int) -> Tensor:
+def lazy_zeros(rows: int, dim: int, dtype: torch.dtype = F32) -> Tensor:
     """A zeroed float32 (rows, dim) tensor whose pages the kernel provides
     already zero: numpy's zeros is calloc, which for a large block maps fresh
     zero pages instead of writing zeros. torch.zeros writes every byte (and
@@ -94,14 +94,20 @@ def lazy_zeros(rows: int, dim: int) -> Tensor:
     training step's embedding time. The untouched rows stay the kernel's zero
     page until something reads them (the first read of each page is a minor
     fault, not a 4 KiB write)."""
-    return torch.from_numpy(np.zeros((rows, dim), dtype=np.float32))
+    return torch.from_numpy(np.zeros((rows, dim), dtype=np.float64 if dtype == torch.float64 else np.float32))
+
+
+def grad_dtype(d_out_dtype: torch.dtype) -> torch.dtype:
+    """The type the backward adds in: float64 for a float64 table, float32
+    for every other (bfloat16 and float16 gradients are rounded once at the end)."""
+    return torch.float64 if d_out_dtype == torch.float64 else F32
 
 
 # ---------------------------------------------------------------------------
 # The kernel, called once.
 
 # tokpos::DType codes (tokpos/dtype.h) for _core.compose_raw.
-_TABLE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_TABLE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.float64: 5}
 _INDEX_CODES = {torch.int32: 3, torch.int64: 4}
 
 
@@ -196,7 +202,8 @@ def _compose_op(
     sparse: bool,
 ) -> Tensor:
     """out = token_table[ids] + pos_table[position] (position_ids, or
-    start + t), summed in float32 and rounded once to token_table's dtype."""
+    start + t), summed in float32 and rounded once to token_table's dtype
+    (float64 tables: summed in double)."""
     return compose_kernel(ids, token_table, pos_table, position_ids, start)
 
 
@@ -218,18 +225,20 @@ def _compose_backward_op(
     pos_rows: int,
     padding_idx: int,
 ) -> tuple[Tensor, Tensor]:
-    """The float32 gradients of tokpos::compose: d_token_table (vocab_size, D)
-    and d_pos_table (pos_rows, D), each summed per row in increasing (b, t)
-    order. vocab_size or pos_rows 0: that gradient is not computed (a (0, D)
-    tensor). padding_idx >= 0: that token row gets no gradient."""
+    """The gradients of tokpos::compose, float32 (float64 when d_out is):
+    d_token_table (vocab_size, D) and d_pos_table (pos_rows, D), each summed
+    per row in increasing (b, t) order. vocab_size or pos_rows 0: that
+    gradient is not computed (a (0, D) tensor). padding_idx >= 0: that token
+    row gets no gradient."""
     dim = d_out.shape[-1]
-    d_tok = lazy_zeros(vocab_size, dim)
-    d_pos = lazy_zeros(pos_rows, dim)
+    acc = grad_dtype(d_out.dtype)
+    d_tok = lazy_zeros(vocab_size, dim, acc)
+    d_pos = lazy_zeros(pos_rows, dim, acc)
     if vocab_size or pos_rows:
         _core.compose_backward(
             d_tok if vocab_size else None,
             d_pos if pos_rows else None,
-            plain(d_out.to(F32)),
+            plain(d_out.to(acc)),
             plain(ids),
             plain(position_ids),
             start,
@@ -243,8 +252,8 @@ def _compose_backward_op(
 @_compose_backward_op.register_fake
 def _compose_backward_fake(d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx):
     require_cpu("tokpos::compose_backward", ("d_out", "ids", "position_ids"), d_out, ids, position_ids)
-    dim = d_out.shape[-1]
-    return d_out.new_empty((vocab_size, dim), dtype=F32), d_out.new_empty((pos_rows, dim), dtype=F32)
+    dim, acc = d_out.shape[-1], grad_dtype(d_out.dtype)
+    return d_out.new_empty((vocab_size, dim), dtype=acc), d_out.new_empty((pos_rows, dim), dtype=acc)
 
 
 @torch.library.custom_op("tokpos::token_grad_rows", mutates_args=(), device_types="cpu")
