@@ -62,17 +62,20 @@ def _padding_index(padding_idx: Optional[int], num_weights: int) -> int:
     return padding_idx
 
 
+def transformed(weight: Tensor, ids: Tensor) -> bool:
+    """True under a forward-mode dual level or when either tensor is a
+    torch.func wrapper (grad, jvp, vmap): the modes that only _Lookup serves
+    (a custom operator's registered autograd has neither a jvp nor the
+    functorch support of an autograd.Function)."""
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    return forward_ad._current_level >= 0 or wrapped(weight) or wrapped(ids)
+
+
 def _plain(weight: Tensor, ids: Tensor) -> bool:
     """True when nothing records or transforms the call: no autograd on the
-    table, no forward-mode dual level, no torch.func wrapper on either
-    tensor. Then the kernel runs directly (the inference fast path)."""
-    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-    return not (
-        (torch.is_grad_enabled() and weight.requires_grad)
-        or forward_ad._current_level >= 0
-        or wrapped(weight)
-        or wrapped(ids)
-    )
+    table and not transformed. Then the kernel runs directly (the inference
+    fast path)."""
+    return not ((torch.is_grad_enabled() and weight.requires_grad) or transformed(weight, ids))
 
 
 def _row_scale(ids: Tensor, num_weights: int, dtype: torch.dtype) -> Tensor:

@@ -338,6 +338,21 @@ def test_double_backward_matches_torch():
     same_bits(results[0], results[1])
 
 
+def test_double_backward_of_scale_grad_by_freq_includes_the_count():
+    # The scaled backward is g -> sum over n of g[n] / count(ids[n]); its
+    # derivative with respect to g is the lookup divided by the count. torch's
+    # CPU double backward leaves the 1/count out (it returns the plain lookup),
+    # so here the reference is that formula, not torch.
+    ids = ids_of((2, 3), vocab=5)
+    w = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    u = torch.randn(5, 3, dtype=torch.float64)
+    v = torch.randn(2, 3, 3, dtype=torch.float64, requires_grad=True)
+    (gw,) = torch.autograd.grad(tt.embedding(ids, w, scale_grad_by_freq=True), w, grad_outputs=v, create_graph=True)
+    (gv,) = torch.autograd.grad((gw * u).sum(), v)
+    counts = torch.bincount(ids.reshape(-1), minlength=5).double()
+    same_bits(gv, F.embedding(ids, u) * (1.0 / counts[ids]).unsqueeze(-1))
+
+
 def test_forward_mode_ad_gives_the_lookup_of_the_tangent():
     ours, ref = lookups()
     w, t = torch.randn(5, 3, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
@@ -403,6 +418,49 @@ def test_export():
     ids = ids_of((2, 7))
     ep = torch.export.export(ours, (ids,))
     same_bits(ep.module()(ids), ref(ids))
+
+
+def test_compiled_double_backward_and_sparse_are_clear_errors():
+    # Under torch.compile the lookup's backward is an operator without
+    # autograd (Dynamo traces no custom jvp), and Dynamo cannot trace the
+    # sparse gradient's constructor: both are errors, never a wrong result.
+    m = tt.Embedding(V, D, dtype=torch.float64)
+    compiled = torch.compile(m, fullgraph=True, backend="aot_eager")
+    ids = ids_of((2, 3))
+    v = torch.randn(2, 3, D, dtype=torch.float64, requires_grad=True)
+    (gw,) = torch.autograd.grad(compiled(ids), m.weight, grad_outputs=v, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(gw.sum(), v)
+    sparse = torch.compile(tt.Embedding(V, D, sparse=True), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="sparse_coo_tensor"):
+        sparse(ids).sum().backward()
+
+
+# --- TokenEmbedding shares the lookup ---------------------------------------------------
+
+
+def test_token_embedding_takes_float64_and_every_autograd_mode():
+    w = torch.randn(V, D, dtype=torch.float64)
+    ours = tt.TokenEmbedding.from_pretrained(w.clone(), padding_idx=2)
+    ref = nn.Embedding.from_pretrained(w.clone(), freeze=False, padding_idx=2)
+    ids = ids_of((3, 4))
+    same_bits(ours(ids), ref(ids))
+    g = torch.randn(3, 4, D, dtype=torch.float64)
+    ours(ids).backward(g)
+    ref(ids).backward(g)
+    same_bits(ours.weight.grad, ref.weight.grad)
+    t = torch.randn(V, D, dtype=torch.float64)
+    call = lambda m: lambda p: torch.func.functional_call(m, {"weight": p}, (ids,))  # noqa: E731
+    o, r = torch.func.jvp(call(ours), (w,), (t,)), torch.func.jvp(call(ref), (w,), (t,))
+    same_bits(o[1], r[1])
+    with torch.autograd.forward_ad.dual_level():
+        out = call(ours)(torch.autograd.forward_ad.make_dual(w, t))
+        same_bits(torch.autograd.forward_ad.unpack_dual(out).tangent, r[1])
+    loss = lambda m: lambda p: (call(m)(p) ** 2).sum()  # noqa: E731
+    same_bits(torch.func.grad(loss(ours))(w), torch.func.grad(loss(ref))(w))
+    same_bits(torch.func.jacrev(call(ours))(w), torch.func.jacrev(call(ref))(w))
+    x = w.clone().requires_grad_()
+    assert torch.autograd.gradcheck(call(ours), (x,), check_forward_ad=True)
 
 
 # --- transformers -----------------------------------------------------------------------
