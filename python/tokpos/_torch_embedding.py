@@ -272,8 +272,8 @@ def embedding(
     padding_idx = _padding_index(padding_idx, weight.size(0))
     if max_norm is not None:
         input = input.contiguous()
-        with torch.no_grad():
-            torch.embedding_renorm_(weight, input, max_norm, norm_type)
+        with torch.no_grad():  # on the detached table, as F.embedding: a dual table's tangent is left alone
+            torch.embedding_renorm_(weight.detach(), input, max_norm, norm_type)
     ids = input.reshape(-1)
     if torch.compiler.is_compiling():
         out = _CompiledLookup.apply(weight, ids, padding_idx, scale_grad_by_freq, sparse)

@@ -5,7 +5,17 @@ dtypes, empty tables, bad ids, every autograd mode, meta tensors, the
 compiler, export, state_dict) and transformers' resize_token_embeddings.
 Each case runs the same weights through both modules; results are compared
 bit for bit where torch's computation is exact or sums in the same order,
-and within a stated tolerance where it is not (each such case says why)."""
+and within a stated tolerance where it is not (each such case says why).
+
+PyTorch's cases not taken here, and why:
+- EmbeddingBag's (a different module; tokpos.torch has no bag reduction);
+- CUDA-only ones (max_norm on CUDA against CPU, CUDA determinism, half
+  tables moved to CUDA): tokpos has no CUDA kernels, a CUDA tensor goes to
+  torch.nn.functional.embedding unchanged, and test_meta_device_goes_to_torch
+  checks that hand-over with the meta device standing in;
+- TorchScript ones: tokpos's lookup is a Python autograd.Function over a
+  custom operator, which torch.jit.script does not compile (torch.compile
+  and torch.export are the supported paths, both tested)."""
 
 from __future__ import annotations
 
@@ -210,6 +220,50 @@ def test_max_norm_renormalises_the_looked_up_rows_in_place():
         assert (ours.weight[untouched].norm(p=norm_type, dim=1) > 1.0).all()
 
 
+def test_functional_form_matches_torchs_with_every_option():
+    w = torch.randn(V, D, generator=torch.Generator().manual_seed(12)) * 3
+    ids = torch.tensor([[4, 1, 4], [9, 0, 2]])
+    for kw in ({}, dict(padding_idx=-3), dict(max_norm=2.0, norm_type=1.5), dict(scale_grad_by_freq=True)):
+        a, b = w.clone(), w.clone()
+        same_bits(tt.embedding(ids, a, **kw), F.embedding(ids, b, **kw))
+        same_bits(a, b)
+
+
+def test_max_norm_with_unsorted_repeating_ids_and_the_output_norms():
+    ours, ref = pair(max_norm=0.5)
+    ids = torch.tensor([7, 1, 7, 7, 0, 1, 3, 0])
+    out = ours(ids)
+    same_bits(out, ref(ids))
+    same_bits(ours.weight.detach(), ref.weight.detach())
+    assert (out.norm(dim=-1) <= 0.5 * (1 + 1e-6)).all()
+
+
+def test_max_norm_backward_and_forward_ad():
+    # The renormalisation is done without grad: the gradient flows through
+    # the renormalised rows only, as in torch.
+    ours, ref = pair(torch.float64, max_norm=1.0)
+    ids = torch.tensor([[1, 2, 1]])
+    g = torch.randn(1, 3, D, dtype=torch.float64)
+    ours(ids).backward(g)
+    ref(ids).backward(g)
+    same_bits(ours.weight.grad, ref.weight.grad)
+    w, t = torch.randn(V, D, dtype=torch.float64) * 4, torch.randn(V, D, dtype=torch.float64)
+    results = []
+    for f in (tt.embedding, F.embedding):
+        with torch.autograd.forward_ad.dual_level():
+            dual = torch.autograd.forward_ad.make_dual(w.clone(), t)
+            out = f(ids, dual, max_norm=1.0)
+            results.append(torch.autograd.forward_ad.unpack_dual(out))
+    same_bits(results[0].primal, results[1].primal)
+    same_bits(results[0].tangent, results[1].tangent)
+
+
+def test_a_table_that_is_not_2_d_is_refused_as_torch():
+    for f in (F.embedding, tt.embedding):
+        with pytest.raises(RuntimeError, match="2-D"):
+            f(torch.tensor([0]), torch.randn(()))
+
+
 # --- gradients -------------------------------------------------------------------------
 
 
@@ -284,6 +338,15 @@ def test_sparse_gradient_is_torchs():
     assert ours.weight.grad.is_sparse and ref.weight.grad.is_sparse
     same_bits(ours.weight.grad._indices(), ref.weight.grad._indices())
     same_bits(ours.weight.grad._values(), ref.weight.grad._values())
+    same_bits(ours.weight.grad.to_dense(), ref.weight.grad.to_dense())
+
+
+def test_sparse_gradient_of_an_empty_batch():
+    ours, ref = pair(sparse=True)
+    ids = torch.zeros((0,), dtype=torch.int64)
+    ours(ids).sum().backward()
+    ref(ids).sum().backward()
+    assert ours.weight.grad.is_sparse and ours.weight.grad._nnz() == ref.weight.grad._nnz() == 0
     same_bits(ours.weight.grad.to_dense(), ref.weight.grad.to_dense())
 
 
