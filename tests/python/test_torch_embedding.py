@@ -130,6 +130,18 @@ def test_state_dict_round_trip_with_nn_embedding():
     same_bits(back.weight.detach(), ref.weight.detach())
 
 
+def test_pickles_by_its_public_name():
+    import io
+
+    ours, _ = pair(padding_idx=1)
+    buf = io.BytesIO()
+    torch.save(ours, buf)
+    buf.seek(0)
+    back = torch.load(buf, weights_only=False)
+    assert type(back) is tt.Embedding and back.padding_idx == 1
+    same_bits(back.weight.detach(), ours.weight.detach())
+
+
 # --- from_pretrained -------------------------------------------------------------------
 
 
