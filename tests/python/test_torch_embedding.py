@@ -564,3 +564,24 @@ def test_resize_token_embeddings_of_a_gpt2_with_tokpos_wte():
     ids = torch.randint(0, 48, (2, 5), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         same_bits(ours(ids).logits, ref(ids).logits)
+
+
+def test_a_gpt2_training_step_gives_torchs_gradients():
+    # wte tied to lm_head: the tied weight's gradient is the head's plus the
+    # lookup's, bitwise equal when each id occurs at most 64 times.
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=40, n_positions=16, n_embd=8, n_layer=1, n_head=2)
+    torch.manual_seed(0)
+    ref = transformers.GPT2LMHeadModel(cfg)
+    ours = copy.deepcopy(ref)
+    swapped = tt.Embedding(cfg.vocab_size, cfg.n_embd)
+    swapped.weight = ours.transformer.wte.weight
+    ours.set_input_embeddings(swapped)
+    assert sum(1 for _ in ours.parameters()) == sum(1 for _ in ref.parameters())
+    ids = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(3))
+    for m in (ours, ref):
+        m.train()
+        torch.manual_seed(11)  # the same dropout masks
+        m(ids, labels=ids).loss.backward()
+    for (name, p), (_, q) in zip(ours.named_parameters(), ref.named_parameters()):
+        same_bits(p.grad, q.grad)
