@@ -17,8 +17,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -917,6 +918,79 @@ TEST_P(KernelAgreement, BackwardF64MeetsTheDefinition) {
           EXPECT_TRUE(bitwise_equal(ga, targets == 1 ? init_a : want_a)) << "token gradient, " << what;
           EXPECT_TRUE(bitwise_equal(gb, targets == 0 ? init_b : want_b)) << "position gradient, " << what;
         }
+}
+
+// scale_grad_by_freq's rows (GradTargetOf::row_scale): each source added as
+// one fused multiply-add in increasing i, grad = fma(scale[v], s_i, grad),
+// for a row used 200 times (no blocks) as for one used once; beside a plain
+// position target, which keeps its own order. Every back end and thread
+// count, float32 and float64.
+template <typename E>
+void expect_scaled_rows_fused() {
+  const int64_t D = 37, V = 4, N = 300, L = 10;
+  std::vector<int64_t> rows(N, 1), positions(N);
+  for (int64_t i = 0; i < N; ++i) {
+    if (i % 3 == 0) rows[i] = 3;
+    if (i % 7 == 0) rows[i] = -1;  // padding
+    positions[i] = i % L;
+  }
+  rows[5] = 0;
+  const auto wide = wide_noise64(static_cast<size_t>(N * D), 61),
+             init = wide_noise64(static_cast<size_t>(V * D), 62);
+  const std::vector<E> src(wide.begin(), wide.end()), grad0(init.begin(), init.end());
+  std::vector<E> scale(V, E(0));
+  {
+    std::vector<int64_t> counts(V, 0);
+    for (const int64_t r : rows)
+      if (r >= 0) ++counts[r];
+    for (int64_t v = 0; v < V; ++v)
+      if (counts[v]) scale[v] = static_cast<E>(1.0 / static_cast<double>(counts[v]));
+  }
+  std::vector<E> want = grad0, unfused = grad0;
+  for (int64_t i = 0; i < N; ++i)
+    if (rows[i] >= 0)
+      for (int64_t d = 0; d < D; ++d) {
+        E& g = want[rows[i] * D + d];
+        g = std::fma(scale[rows[i]], src[i * D + d], g);
+        E& u = unfused[rows[i] * D + d];
+        u = u + scale[rows[i]] * src[i * D + d];
+      }
+  ASSERT_FALSE(std::memcmp(want.data(), unfused.data(), want.size() * sizeof(E)) == 0)
+      << "the data must tell a fused multiply-add from a product and a sum";
+  const kn::RowGroups groups = kn::group_rows(rows.data(), N, V),
+                      pos_groups = kn::group_rows(positions.data(), N, L);
+  const kn::SourceOf<E> source{src.data(), N * D, D, 1, N, D};
+  const std::vector<E> pos0(static_cast<size_t>(L * D), E(0.25));
+  auto run = [&](const kn::KernelTable& be, const kn::GradTargetOf<E>& a, const kn::GradTargetOf<E>& b,
+                 const kn::Exec& ex) {
+    if constexpr (std::is_same_v<E, double>) {
+      be.index_add_rows_f64(a, b, source, ex);
+    } else {
+      be.index_add_rows(a, b, source, ex);
+    }
+  };
+  std::vector<E> want_pos = pos0;
+  run(kn::reference_kernels(), {}, {want_pos.data(), D, positions.data(), &pos_groups, L}, kn::Exec{});
+  for (const kn::KernelTable* be : kn::backends())
+    for (const int threads : kThreadCounts)
+      for (const bool with_pos : {false, true}) {
+        kn::Workspace ws;
+        std::vector<E> grad = grad0, pos = pos0;
+        kn::GradTargetOf<E> a{grad.data(), D, rows.data(), &groups, V};
+        a.row_scale = scale.data();
+        kn::GradTargetOf<E> b{with_pos ? pos.data() : nullptr, D, positions.data(), &pos_groups, L};
+        run(*be, a, b, {.threads = threads, .ws = &ws});
+        EXPECT_EQ(std::memcmp(grad.data(), want.data(), grad.size() * sizeof(E)), 0)
+            << be->name << " " << sizeof(E) * 8 << "-bit, threads " << threads << ", positions " << with_pos;
+        EXPECT_EQ(std::memcmp(pos.data(), with_pos ? want_pos.data() : pos0.data(), pos.size() * sizeof(E)),
+                  0)
+            << be->name << " position target, threads " << threads;
+      }
+}
+
+TEST(Kernels, ScaledRowsAreFusedOneAtATime) {
+  expect_scaled_rows_fused<float>();
+  expect_scaled_rows_fused<double>();
 }
 
 // ---- Threads, workspaces, grouping -------------------------------------------------

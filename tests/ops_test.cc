@@ -2002,6 +2002,38 @@ TEST(OpsFloat64, BackwardAddsInOrderInDouble) {
   EXPECT_EQ(std::memcmp(gp.data(), want_pos.data(), gp.size() * sizeof(double)), 0);
 }
 
+// scale_grad_by_freq: each row's sources scaled by 1 / count (double,
+// rounded to the gradient's type) and added one at a time as fused
+// multiply-adds; padding_idx's row untouched and not counted.
+TEST(OpsFloat64, ScaleGradByFreqAddsFusedScaledRows) {
+  const int64_t B = 2, T = 5, V = 4, D = 3, pad = 0;
+  const std::vector<int64_t> ids = {1, 2, 1, 0, 1, 3, 1, 2, 0, 1};
+  const auto d64 = noise64(static_cast<size_t>(B * T * D), 96);
+  std::vector<int64_t> counts(V, 0);
+  for (const int64_t id : ids)
+    if (id != pad) ++counts[id];
+  const std::vector<float> d32(d64.begin(), d64.end());
+  std::vector<double> want64(static_cast<size_t>(V * D), 0.5), got64 = want64;
+  std::vector<float> want32(static_cast<size_t>(V * D), 0.5f), got32 = want32;
+  for (int64_t n = 0; n < B * T; ++n)
+    for (int64_t d = 0; d < D; ++d) {
+      if (ids[n] == pad) continue;
+      const double c = 1.0 / static_cast<double>(counts[ids[n]]);
+      want64[ids[n] * D + d] = std::fma(c, d64[n * D + d], want64[ids[n] * D + d]);
+      want32[ids[n] * D + d] = std::fma(static_cast<float>(c), d32[n * D + d], want32[ids[n] * D + d]);
+    }
+  ops::LookupOptions o;
+  o.padding_idx = pad;
+  o.scale_grad_by_freq = true;
+  const TensorView i(ids.data(), DType::kI64, {B, T});
+  ops::compose_backward(TensorView(got64.data(), DType::kF64, {V, D}).get(), nullptr,
+                        TensorView(d64.data(), DType::kF64, {B, T, D}), i, nullptr, 0, o);
+  ops::compose_backward(TensorView(got32.data(), DType::kF32, {V, D}).get(), nullptr,
+                        TensorView(d32.data(), DType::kF32, {B, T, D}), i, nullptr, 0, o);
+  EXPECT_EQ(std::memcmp(got64.data(), want64.data(), got64.size() * sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(got32.data(), want32.data(), got32.size() * sizeof(float)), 0);
+}
+
 // float64 beside a narrower type is refused, naming both tensors; nothing is
 // written. The ops outside the lookup (the typed forward, the sparse
 // gradient rows) still take float32 only.

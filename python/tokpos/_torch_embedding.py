@@ -91,11 +91,8 @@ def _dense_gradient(grad, ids, num_weights, padding_idx, scale_grad_by_freq, dty
     """d_weight (V, D) of dtype: grad's rows summed per id in increasing n
     (float64 for a float64 table, else float32, rounded once to dtype);
     padding_idx's row gets nothing; scale_grad_by_freq divides each row's
-    contributions by its count."""
-    if scale_grad_by_freq:
-        acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
-        grad = grad.to(acc) * _row_scale(ids, num_weights, acc)
-    d_weight, _ = _compose_backward_op(grad, ids, None, 0, num_weights, 0, padding_idx)
+    contributions by its count (fused multiply-adds: torch's bits)."""
+    d_weight, _ = _compose_backward_op(grad, ids, None, 0, num_weights, 0, padding_idx, scale_grad_by_freq)
     return d_weight.to(dtype)
 
 

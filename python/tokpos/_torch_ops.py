@@ -224,12 +224,15 @@ def _compose_backward_op(
     vocab_size: int,
     pos_rows: int,
     padding_idx: int,
+    scale_grad_by_freq: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The gradients of tokpos::compose, float32 (float64 when d_out is):
     d_token_table (vocab_size, D) and d_pos_table (pos_rows, D), each summed
     per row in increasing (b, t) order. vocab_size or pos_rows 0: that
     gradient is not computed (a (0, D) tensor). padding_idx >= 0: that token
-    row gets no gradient."""
+    row gets no gradient. scale_grad_by_freq: each token row's sources scaled
+    by 1 / its count and added as fused multiply-adds, as torch's CPU
+    backward adds them."""
     dim = d_out.shape[-1]
     acc = grad_dtype(d_out.dtype)
     d_tok = lazy_zeros(vocab_size, dim, acc)
@@ -245,12 +248,13 @@ def _compose_backward_op(
             padding_idx,
             -1,
             "tokpos::compose_backward",
+            scale_grad_by_freq,
         )
     return d_tok, d_pos
 
 
 @_compose_backward_op.register_fake
-def _compose_backward_fake(d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx):
+def _compose_backward_fake(d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx, scale_grad_by_freq=False):
     require_cpu("tokpos::compose_backward", ("d_out", "ids", "position_ids"), d_out, ids, position_ids)
     dim, acc = d_out.shape[-1], grad_dtype(d_out.dtype)
     return d_out.new_empty((vocab_size, dim), dtype=acc), d_out.new_empty((pos_rows, dim), dtype=acc)

@@ -186,6 +186,11 @@ struct GradTargetOf {
   int64_t V = 0;
   const RowGroups& (*make_groups)(const void* arg) = nullptr;
   const void* make_arg = nullptr;
+  // Set: row v's sources are scaled by row_scale[v] (V entries), each
+  // source added as one fused multiply-add, one at a time in increasing i
+  // whatever the count (no blocks), as PyTorch's CPU backward adds
+  // scale_grad_by_freq's rows: grad[v] = fma(row_scale[v], s_i, grad[v]).
+  const E* row_scale = nullptr;
   const RowGroups& grouping() const { return groups != nullptr ? *groups : make_groups(make_arg); }
 };
 using GradTarget = GradTargetOf<float>;

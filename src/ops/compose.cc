@@ -363,11 +363,24 @@ Grads check_grads(const char* where, const DLTensor* d_token_table, const DLTens
 }
 
 template <typename E>
-void run_backward_as(const Grads& g, const RowPlan::Impl& p, Context* ctx) {
+void run_backward_as(const Grads& g, const RowPlan::Impl& p, Context* ctx, bool scale_grad_by_freq) {
   const int64_t D = g.d_out.last();
   kernels::GradTargetOf<E> a, b;
+  std::vector<E> row_scale;
   if (g.d_tok.present) {
     a = {reinterpret_cast<E*>(g.d_tok.data), g.d_tok.strides[0], p.grad_rows.data(), nullptr, p.V};
+  }
+  if (g.d_tok.present && scale_grad_by_freq) {
+    allocating(kBackward, "the row scales", [&] {
+      std::vector<int64_t> counts(static_cast<size_t>(p.V), 0);
+      for (const int64_t r : p.grad_rows)
+        if (r >= 0) ++counts[r];
+      row_scale.resize(counts.size());
+      for (size_t v = 0; v < counts.size(); ++v)
+        row_scale[v] = counts[v] != 0 ? static_cast<E>(1.0 / static_cast<double>(counts[v])) : E(0);
+      return 0;
+    });
+    a.row_scale = row_scale.data();
   }
   if (g.d_pos.present) {
     b = {reinterpret_cast<E*>(g.d_pos.data), g.d_pos.strides[0], p.positions.data(), nullptr,
@@ -394,11 +407,11 @@ void run_backward_as(const Grads& g, const RowPlan::Impl& p, Context* ctx) {
   });
 }
 
-void run_backward(const Grads& g, const RowPlan::Impl& p, Context* ctx) {
+void run_backward(const Grads& g, const RowPlan::Impl& p, Context* ctx, bool scale_grad_by_freq = false) {
   const int64_t D = g.d_out.last();
   if (p.B * p.T == 0 || D == 0 || (!g.d_tok.present && !g.d_pos.present)) return;
-  if (g.d_out.dtype == DType::kF64) return run_backward_as<double>(g, p, ctx);
-  run_backward_as<float>(g, p, ctx);
+  if (g.d_out.dtype == DType::kF64) return run_backward_as<double>(g, p, ctx, scale_grad_by_freq);
+  run_backward_as<float>(g, p, ctx, scale_grad_by_freq);
 }
 
 }  // namespace
@@ -710,7 +723,7 @@ void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table
   if (is_shard(o) && g.d_tok.present) {
     const RowPlan plan = shard_plan(where, ids, V, position_ids, start, o);
     if (g.d_pos.present) check_plan_table(where, plan.impl(), g.d_pos.shape[0], "d_pos_table");
-    run_backward(g, plan.impl(), ctx);
+    run_backward(g, plan.impl(), ctx, o.scale_grad_by_freq);
     return;
   }
   if (g.d_tok.present) {
@@ -727,7 +740,7 @@ void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table
               /*with_token_rows=*/false);
     return 0;
   });
-  run_backward(g, plan, ctx);
+  run_backward(g, plan, ctx, o.scale_grad_by_freq);
 }
 
 void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table, const DLTensor& d_out,

@@ -1,6 +1,7 @@
 // Reference kernels: the plainest loops that state the definitions in
 // kernels.h. One thread, no vectors, no plan: the source of truth.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "common/convert.h"
@@ -114,6 +115,11 @@ void index_add_one(const GradTargetOf<E>& a, const SourceOf<E>& src,
   for (int64_t v = 0; v < a.V; ++v) {
     const auto& list = sources[v];
     E* grad = a.grad + v * a.stride;
+    if (a.row_scale != nullptr) {
+      for (const int64_t i : list)
+        for (int64_t d = 0; d < D; ++d) grad[d] = std::fma(a.row_scale[v], src.row(i)[d], grad[d]);
+      continue;
+    }
     if (list.size() <= static_cast<size_t>(kRowBlock)) {
       for (const int64_t i : list)
         for (int64_t d = 0; d < D; ++d) grad[d] += src.row(i)[d];
