@@ -494,11 +494,21 @@ def test_compile_fullgraph_forward_and_backward():
     same_bits(ours.weight.grad, ref.weight.grad)
 
 
-def test_export():
-    ours, ref = pair()
+@pytest.mark.parametrize("strict", [False, True])
+def test_export(strict):
+    ours, ref = pair(padding_idx=1)
     ids = ids_of((2, 7))
-    ep = torch.export.export(ours, (ids,))
+    ep = torch.export.export(ours, (ids,), strict=strict)
     same_bits(ep.module()(ids), ref(ids))
+    same_bits(ep.run_decompositions().module()(ids), ref(ids))
+
+
+def test_compile_with_dynamic_shapes():
+    ours, ref = pair()
+    compiled = torch.compile(ours, fullgraph=True, dynamic=True, backend="aot_eager")
+    for shape in ((2, 7), (3, 5), (4,), ()):
+        ids = ids_of(shape)
+        same_bits(compiled(ids), ref(ids))
 
 
 def test_compiled_double_backward_and_sparse_are_clear_errors():
