@@ -99,9 +99,9 @@ def _dense_gradient(grad, ids, num_weights, padding_idx, scale_grad_by_freq, dty
 class _CompiledLookup(torch.autograd.Function):
     """out (N, D) = weight[ids] for 1-D ids, as torch.compile and torch.export
     trace it: forward and backward only (Dynamo does not trace a custom jvp
-    or vmap). Its backward is the tokpos::compose_backward operator, which
-    has no autograd of its own: a double backward of a compiled lookup is
-    torch's error for an operator without autograd, never a wrong answer."""
+    or vmap). Its backward is the tokpos::compose_backward operator; a double
+    backward through compiled code is AOTAutograd's own error, never a wrong
+    answer."""
 
     @staticmethod
     def forward(weight, ids, padding_idx, scale_grad_by_freq, sparse):

@@ -330,6 +330,49 @@ def _compose_backward(ctx, d_out):
 _compose_op.register_autograd(_compose_backward, setup_context=_compose_setup_context)
 
 
+# The backward of tokpos::compose_backward (a double backward): the scatter
+# is linear in d_out, and its adjoint is a lookup of the incoming gradients,
+# g_tok's rows at ids (padding_idx's row zeroed, each row scaled by 1 / its
+# count under scale_grad_by_freq) plus g_pos's rows at the positions, by the
+# same tokpos::compose, so every order of derivative goes through the kernels.
+
+
+def _compose_backward_setup_context(ctx, inputs, output):
+    d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx, scale_grad_by_freq = inputs
+    ctx.save_for_backward(ids, position_ids)
+    ctx.start, ctx.padding_idx, ctx.scale = start, padding_idx, scale_grad_by_freq
+    ctx.vocab_size, ctx.pos_rows, ctx.d_out_dtype = vocab_size, pos_rows, d_out.dtype
+
+
+def _compose_backward_backward(ctx, g_tok, g_pos):
+    ids, position_ids = ctx.saved_tensors
+    if not ctx.needs_input_grad[0]:
+        return None, None, None, None, None, None, None, None
+    tok = g_tok if ctx.vocab_size else None
+    pos = g_pos if ctx.pos_rows else None
+    if tok is not None and (ctx.padding_idx >= 0 or ctx.scale):
+        keep = torch.ones(ctx.vocab_size, dtype=tok.dtype)
+        if ctx.scale:
+            counts = torch.zeros(ctx.vocab_size, dtype=torch.int64).index_add_(
+                0, ids.reshape(-1).long(), torch.ones(ids.numel(), dtype=torch.int64)
+            )
+            keep = (1.0 / counts.clamp(min=1).double()).to(tok.dtype)
+        if ctx.padding_idx >= 0:
+            keep[ctx.padding_idx] = 0
+        tok = tok * keep.unsqueeze(1)
+    if tok is None:  # positions only: the position rows looked up as a table
+        rows = position_ids if position_ids is not None else (
+            torch.arange(ids.shape[-1], dtype=torch.int64) + ctx.start
+        ).expand(ids.shape)
+        d_d_out = _compose_op(rows, pos, None, None, 0, -1, False)
+    else:
+        d_d_out = _compose_op(ids, tok, pos, position_ids, ctx.start, -1, False)
+    return d_d_out.to(ctx.d_out_dtype), None, None, None, None, None, None, None
+
+
+_compose_backward_op.register_autograd(_compose_backward_backward, setup_context=_compose_backward_setup_context)
+
+
 # ---------------------------------------------------------------------------
 # The modules' entry point.
 

@@ -554,6 +554,32 @@ def test_token_embedding_takes_float64_and_every_autograd_mode():
     assert torch.autograd.gradcheck(call(ours), (x,), check_forward_ad=True)
 
 
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_token_embedding_double_backward_matches_torch(padding_idx):
+    w = torch.randn(V, D, dtype=torch.float64)
+    ours = tt.TokenEmbedding.from_pretrained(w.clone(), padding_idx=padding_idx)
+    ref = nn.Embedding.from_pretrained(w.clone(), freeze=False, padding_idx=padding_idx)
+    ids = ids_of((2, 3), vocab=5)
+    u = torch.randn(V, D, dtype=torch.float64)
+    results = []
+    for m in (ours, ref):
+        v = torch.randn(2, 3, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        (gw,) = torch.autograd.grad(m(ids), m.weight, grad_outputs=v, create_graph=True)
+        results.append(torch.autograd.grad((gw * u).sum(), v)[0])
+    same_bits(results[0], results[1])
+    call = lambda p: torch.func.functional_call(ours, {"weight": p}, (ids,))  # noqa: E731
+    assert torch.autograd.gradgradcheck(call, (w.clone().requires_grad_(),))
+
+
+def test_composer_gradgradcheck_in_float64():
+    c = tt.EmbeddingComposer(tt.TokenEmbedding(7, 4), tt.LearnedPositionalEmbedding(6, 4))
+    ids = torch.tensor([[0, 1, 2], [2, 4, 6]])
+    tok = c.token.weight.detach().double().requires_grad_()
+    pos = c.position.weight.detach().double().requires_grad_()
+    call = lambda t, p: torch.func.functional_call(c, {"token.weight": t, "position.weight": p}, (ids,))  # noqa: E731
+    assert torch.autograd.gradgradcheck(call, (tok, pos))
+
+
 # --- transformers -----------------------------------------------------------------------
 
 
