@@ -571,6 +571,20 @@ def test_token_embedding_double_backward_matches_torch(padding_idx):
     assert torch.autograd.gradgradcheck(call, (w.clone().requires_grad_(),))
 
 
+@pytest.mark.parametrize("vocab,pos_rows", [(5, 0), (0, 6), (5, 6)])
+@pytest.mark.parametrize("padding_idx,scale", [(-1, False), (2, False), (-1, True), (1, True)])
+def test_the_backward_operator_is_differentiable(vocab, pos_rows, padding_idx, scale):
+    # tokpos::compose_backward is linear in d_out; gradcheck checks its
+    # registered backward (the adjoint lookup) against finite differences.
+    ids = torch.tensor([[0, 1, 2], [2, 4, 4]])
+    d_out = torch.randn(2, 3, 3, dtype=torch.float64, requires_grad=True)
+
+    def f(d):
+        return torch.ops.tokpos.compose_backward(d, ids, None, 1, vocab, pos_rows, padding_idx, scale)
+
+    assert torch.autograd.gradcheck(f, (d_out,))
+
+
 def test_composer_gradgradcheck_in_float64():
     c = tt.EmbeddingComposer(tt.TokenEmbedding(7, 4), tt.LearnedPositionalEmbedding(6, 4))
     ids = torch.tensor([[0, 1, 2], [2, 4, 6]])
