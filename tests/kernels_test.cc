@@ -17,8 +17,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -163,8 +164,8 @@ double relative_difference(double a, double b) {
 
 // The comparison itself: bit for bit at tolerance 0, else relative.
 TEST(Kernels, AgreementFollowsTheDeclaredTolerance) {
-  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr, nullptr, nullptr};
-  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr, nullptr, nullptr};
+  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
   const std::vector<float> want{1.0f, -2.0f, 0.0f, HUGE_VALF};
   EXPECT_TRUE(agrees(exact, want, want));
   EXPECT_FALSE(agrees(exact, want, {1.0f, -2.0f, -0.0f, HUGE_VALF}));  // -0 is other bits
@@ -784,6 +785,212 @@ TEST(Kernels, BackwardAddsFewSourcesOneAtATime) {
       be->index_add_rows(kn::GradTarget{}, target(q, D, rows, groups, V), source, {.threads = threads});
       EXPECT_TRUE(agrees(*be, want, q)) << "b target alone, threads " << threads;
     }
+}
+
+// ---- float64 ------------------------------------------------------------------------
+
+bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+// n doubles spanning 2^-30 .. 2^17 with full 53-bit significands (a float
+// holds none of them exactly), so a kernel that rounds through float shows.
+std::vector<double> wide_noise64(size_t n, uint64_t seed) {
+  const auto v = wide_noise(n, seed), w = noise(n, seed + 1000);
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = static_cast<double>(v[i]) * (1.0 + 0x1p-30 * static_cast<double>(w[i]));
+  return out;
+}
+
+// The float64 forward is the exact double sum tok[row] + pos[pos] (no
+// rounding), UNK and vocab-shard rows as for float; every back end, layout,
+// index case and thread count.
+TEST(Kernels, ForwardF64MeetsTheDefinition) {
+  for (const auto& [B, T, D, V] : {Shape{3, 6, 7, 5}, Shape{8, 128, 768, 500}}) {
+    const int64_t L = T + 6, start = 2, N = B * T, unk = 3, ts = D + 3, ps = D + 1;
+    const auto tok = wide_noise64(static_cast<size_t>(V * ts), 51),
+               pos = wide_noise64(static_cast<size_t>(L * ps), 52);
+    auto ids = ids_mod(N, V, 53);
+    ids[2] = V, ids[4] = -1, ids[N - 1] = V + 100;
+    const auto pos_ids = ids_mod(N, L, 54);
+    for (const kn::KernelTable* be : kn::backends())
+      for (const Layout layout : kLayouts)
+        for (const IdCase& ic : kIdCases)
+          for (const bool with_pos : {false, true})
+            for (const bool shard : {false, true})
+              for (const int threads : kThreadCounts) {
+                const Ids id_view = make_ids(ids, B, T, layout, ic.ids, 0);
+                const Ids pos_view = make_ids(pos_ids, B, T, layout, ic.pos_ids.value_or(DType::kI64), 0);
+                const OutLayout ol = out_layout(layout, B, T, D);
+                std::vector<double> want(static_cast<size_t>(ol.elems), -7.0), got = want;
+                for (int64_t b = 0; b < B; ++b)
+                  for (int64_t t = 0; t < T; ++t) {
+                    const int64_t id = logical(ids, layout, b, t, T);
+                    const bool inside = id >= 0 && id < V;
+                    const int64_t row = inside ? id : unk;
+                    const int64_t p = ic.pos_ids ? logical(pos_ids, layout, b, t, T) : start + t;
+                    for (int64_t d = 0; d < D; ++d) {
+                      const double x = shard && !inside ? 0.0 : tok[row * ts + d];
+                      want[b * ol.sb + t * ol.st + d] =
+                          with_pos ? (shard && !inside ? pos[p * ps + d] : x + pos[p * ps + d]) : x;
+                    }
+                  }
+                kn::Gather g;
+                g.out = {got.data(), DType::kF64, ol.sb, ol.st};
+                g.ids = id_view.index;
+                g.V = V, g.unk_id = unk, g.zero_outside = shard;
+                g.tok = {tok.data(), DType::kF64, ts};
+                if (with_pos) g.pos = {pos.data(), DType::kF64, ps};
+                if (ic.pos_ids) g.pos_ids = pos_view.index;
+                g.L = L;
+                g.start = start;
+                g.B = B, g.T = T, g.D = D;
+                be->compose_forward(g, {.threads = threads});
+                EXPECT_TRUE(bitwise_equal(want, got))
+                    << be->name << " B" << B << " " << layout_name(layout) << ", " << id_case_name(ic)
+                    << ", pos " << with_pos << ", shard " << shard << ", threads " << threads;
+              }
+  }
+}
+
+// The float64 backward against its definition (kernels.h) written out here:
+// each row's sources in increasing i, one at a time up to kRowBlock, else
+// blocks of kRowBlock summed from their first source; padding rows (-1)
+// skipped; two targets are the two one-target scatters. Every back end,
+// thread count, with and without a workspace, on every agreement shape.
+TEST_P(KernelAgreement, BackwardF64MeetsTheDefinition) {
+  const auto [B, T, D, V] = GetParam();
+  const int64_t N = B * T, L = T + 5, start = 3, as = D + 3, bs = D + 2, st = D + 4;
+  auto token_rows = ids_mod(N, V, 6);
+  if (N > 2) token_rows[1] = -1;
+  if (N > 5) token_rows[N - 3] = -1;
+  std::vector<int64_t> positions(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) positions[n] = start + n % T;
+  const kn::RowGroups token_groups = kn::group_rows(token_rows.data(), N, V);
+  const kn::RowGroups position_groups = kn::group_rows(positions.data(), N, L);
+  const auto src = wide_noise64(static_cast<size_t>(N * st), 9);
+  const kn::Source64 source{src.data(), T * st, st, B, T, D};
+  const auto init_a = wide_noise64(static_cast<size_t>(V * as), 10),
+             init_b = wide_noise64(static_cast<size_t>(L * bs), 11);
+  auto definition = [&](std::vector<double> grad, int64_t stride, const std::vector<int64_t>& rows, int64_t R,
+                        bool blocked) {
+    for (int64_t r = 0; r < R; ++r) {
+      std::vector<int64_t> list;
+      for (int64_t i = 0; i < N; ++i)
+        if (rows[i] == r) list.push_back(i);
+      const bool blocks = blocked && list.size() > static_cast<size_t>(kn::kRowBlock);
+      for (int64_t d = 0; d < D; ++d) {
+        double& g = grad[r * stride + d];
+        if (!blocks) {
+          for (const int64_t i : list) g += src[i * st + d];
+          continue;
+        }
+        for (size_t b0 = 0; b0 < list.size(); b0 += kn::kRowBlock) {
+          double block = src[list[b0] * st + d];
+          for (size_t k = b0 + 1; k < std::min(list.size(), b0 + kn::kRowBlock); ++k)
+            block += src[list[k] * st + d];
+          g += block;
+        }
+      }
+    }
+    return grad;
+  };
+  const auto want_a = definition(init_a, as, token_rows, V, true),
+             want_b = definition(init_b, bs, positions, L, true);
+  if (token_groups.max_sources() > kn::kRowBlock) {
+    EXPECT_FALSE(bitwise_equal(want_a, definition(init_a, as, token_rows, V, false)))
+        << "the data must tell the blocked order from one at a time";
+  }
+  for (const kn::KernelTable* be : kn::backends())
+    for (const int threads : kThreadCounts)
+      for (const bool with_ws : {false, true})
+        for (int targets = 0; targets < 3; ++targets) {  // tokens, positions, both
+          kn::Workspace ws;
+          std::vector<double> ga = init_a, gb = init_b;
+          kn::GradTarget64 a{ga.data(), as, token_rows.data(), &token_groups, V};
+          kn::GradTarget64 b{gb.data(), bs, positions.data(), &position_groups, L};
+          if (targets == 1) a.grad = nullptr;
+          if (targets == 0) b.grad = nullptr;
+          be->index_add_rows_f64(a, b, source, {.threads = threads, .ws = with_ws ? &ws : nullptr});
+          const std::string what = std::string(be->name) + ", targets " + std::to_string(targets) +
+                                   ", threads " + std::to_string(threads) + (with_ws ? ", workspace" : "");
+          EXPECT_TRUE(bitwise_equal(ga, targets == 1 ? init_a : want_a)) << "token gradient, " << what;
+          EXPECT_TRUE(bitwise_equal(gb, targets == 0 ? init_b : want_b)) << "position gradient, " << what;
+        }
+}
+
+// scale_grad_by_freq's rows (GradTargetOf::row_scale): each source added as
+// one fused multiply-add in increasing i, grad = fma(scale[v], s_i, grad),
+// for a row used 200 times (no blocks) as for one used once; beside a plain
+// position target, which keeps its own order. Every back end and thread
+// count, float32 and float64.
+template <typename E>
+void expect_scaled_rows_fused() {
+  const int64_t D = 37, V = 4, N = 300, L = 10;
+  std::vector<int64_t> rows(N, 1), positions(N);
+  for (int64_t i = 0; i < N; ++i) {
+    if (i % 3 == 0) rows[i] = 3;
+    if (i % 7 == 0) rows[i] = -1;  // padding
+    positions[i] = i % L;
+  }
+  rows[5] = 0;
+  const auto wide = wide_noise64(static_cast<size_t>(N * D), 61),
+             init = wide_noise64(static_cast<size_t>(V * D), 62);
+  const std::vector<E> src(wide.begin(), wide.end()), grad0(init.begin(), init.end());
+  std::vector<E> scale(V, E(0));
+  {
+    std::vector<int64_t> counts(V, 0);
+    for (const int64_t r : rows)
+      if (r >= 0) ++counts[r];
+    for (int64_t v = 0; v < V; ++v)
+      if (counts[v]) scale[v] = static_cast<E>(1.0 / static_cast<double>(counts[v]));
+  }
+  std::vector<E> want = grad0, unfused = grad0;
+  for (int64_t i = 0; i < N; ++i)
+    if (rows[i] >= 0)
+      for (int64_t d = 0; d < D; ++d) {
+        E& g = want[rows[i] * D + d];
+        g = std::fma(scale[rows[i]], src[i * D + d], g);
+        E& u = unfused[rows[i] * D + d];
+        u = u + scale[rows[i]] * src[i * D + d];
+      }
+  ASSERT_FALSE(std::memcmp(want.data(), unfused.data(), want.size() * sizeof(E)) == 0)
+      << "the data must tell a fused multiply-add from a product and a sum";
+  const kn::RowGroups groups = kn::group_rows(rows.data(), N, V),
+                      pos_groups = kn::group_rows(positions.data(), N, L);
+  const kn::SourceOf<E> source{src.data(), N * D, D, 1, N, D};
+  const std::vector<E> pos0(static_cast<size_t>(L * D), E(0.25));
+  auto run = [&](const kn::KernelTable& be, const kn::GradTargetOf<E>& a, const kn::GradTargetOf<E>& b,
+                 const kn::Exec& ex) {
+    if constexpr (std::is_same_v<E, double>) {
+      be.index_add_rows_f64(a, b, source, ex);
+    } else {
+      be.index_add_rows(a, b, source, ex);
+    }
+  };
+  std::vector<E> want_pos = pos0;
+  run(kn::reference_kernels(), {}, {want_pos.data(), D, positions.data(), &pos_groups, L}, kn::Exec{});
+  for (const kn::KernelTable* be : kn::backends())
+    for (const int threads : kThreadCounts)
+      for (const bool with_pos : {false, true}) {
+        kn::Workspace ws;
+        std::vector<E> grad = grad0, pos = pos0;
+        kn::GradTargetOf<E> a{grad.data(), D, rows.data(), &groups, V};
+        a.row_scale = scale.data();
+        kn::GradTargetOf<E> b{with_pos ? pos.data() : nullptr, D, positions.data(), &pos_groups, L};
+        run(*be, a, b, {.threads = threads, .ws = &ws});
+        EXPECT_EQ(std::memcmp(grad.data(), want.data(), grad.size() * sizeof(E)), 0)
+            << be->name << " " << sizeof(E) * 8 << "-bit, threads " << threads << ", positions " << with_pos;
+        EXPECT_EQ(std::memcmp(pos.data(), with_pos ? want_pos.data() : pos0.data(), pos.size() * sizeof(E)),
+                  0)
+            << be->name << " position target, threads " << threads;
+      }
+}
+
+TEST(Kernels, ScaledRowsAreFusedOneAtATime) {
+  expect_scaled_rows_fused<float>();
+  expect_scaled_rows_fused<double>();
 }
 
 // ---- Threads, workspaces, grouping -------------------------------------------------

@@ -964,13 +964,21 @@ constexpr tokpos_status kUnimpl = TOKPOS_UNIMPLEMENTED, kInval = TOKPOS_INVALID_
 // A dtype DLPack expresses but tokpos does not take in that role:
 // TOKPOS_UNIMPLEMENTED, as tokpos.h defines it ("valid but not supported (yet): ... a dtype").
 TEST(OpsForwardRefuses, UnsupportedDtypesAsUnimplemented) {
-  refuse("float64 token_table", [](FwdCase& c) { c.tt.t.dtype = {kDLFloat, 64, 1}; }, {kUnimpl}, {"token_table", "64"});
-  refuse("float64 pos_table", [](FwdCase& c) { c.pt.t.dtype = {kDLFloat, 64, 1}; }, {kUnimpl}, {"pos_table"});
+  refuse("float128 token_table",
+         [](FwdCase& c) {
+           c.tt.t.dtype = {kDLFloat, 128, 1};
+         },
+         {kUnimpl}, {"token_table", "128"});
+  refuse("complex128 pos_table",
+         [](FwdCase& c) {
+           c.pt.t.dtype = {kDLComplex, 128, 1};
+         },
+         {kUnimpl}, {"pos_table"});
   refuse("int32 token_table", [](FwdCase& c) { c.tt.t.dtype = kI32; }, {kUnimpl}, {"token_table"});
   refuse("complex64 token_table", [](FwdCase& c) { c.tt.t.dtype = {kDLComplex, 64, 1}; }, {kUnimpl}, {"token_table"});
   refuse("float8 out", [](FwdCase& c) { c.o.t.dtype = {kDLFloat, 8, 1}; }, {kUnimpl}, {"out"});
   refuse("int64 out", [](FwdCase& c) { c.o.t.dtype = kI64; }, {kUnimpl}, {"out"});
-  refuse("float64 out", [](FwdCase& c) { c.o.t.dtype = {kDLFloat, 64, 1}; }, {kUnimpl}, {"out"});
+  refuse("float128 out", [](FwdCase& c) { c.o.t.dtype = {kDLFloat, 128, 1}; }, {kUnimpl}, {"out"});
   refuse("uint8 ids", [](FwdCase& c) { c.i.t.dtype = {kDLUInt, 8, 1}; }, {kUnimpl}, {"ids"});
   refuse("int16 ids", [](FwdCase& c) { c.i.t.dtype = {kDLInt, 16, 1}; }, {kUnimpl}, {"ids", "16"});
   refuse("uint64 ids", [](FwdCase& c) { c.i.t.dtype = {kDLUInt, 64, 1}; }, {kUnimpl}, {"ids"});
@@ -1310,7 +1318,11 @@ TEST(OpsBackwardRefuses, NonFloat32GradientsAndDoutAsUnimplemented) {
   refuse_bwd("f16 d_token_table", [](BwdCase& c) { c.t.t.dtype = kF16; }, {kUnimpl}, {"d_token_table"});
   refuse_bwd("bf16 d_token_table", [](BwdCase& c) { c.t.t.dtype = kBF16; }, {kUnimpl}, {"d_token_table"});
   refuse_bwd("f16 d_pos_table", [](BwdCase& c) { c.q.t.dtype = kF16; }, {kUnimpl}, {"d_pos_table"});
-  refuse_bwd("float64 d_pos_table", [](BwdCase& c) { c.q.t.dtype = {kDLFloat, 64, 1}; }, {kUnimpl}, {"d_pos_table"});
+  refuse_bwd("float128 d_pos_table",
+             [](BwdCase& c) {
+               c.q.t.dtype = {kDLFloat, 128, 1};
+             },
+             {kUnimpl}, {"d_pos_table"});
   refuse_bwd("bf16 d_out", [](BwdCase& c) { c.d.t.dtype = kBF16; }, {kUnimpl}, {"d_out"});
   refuse_bwd("f16 d_out", [](BwdCase& c) { c.d.t.dtype = kF16; }, {kUnimpl}, {"d_out"});
   refuse_bwd("int16 ids", [](BwdCase& c) { c.i.t.dtype = {kDLInt, 16, 1}; }, {kUnimpl}, {"ids"});
@@ -1430,6 +1442,7 @@ TEST(OpsCpp, ToDlpackAndTensorView) {
   EXPECT_TRUE(same(tokpos::to_dlpack(DType::kF16), kF16));
   EXPECT_TRUE(same(tokpos::to_dlpack(DType::kI32), kI32));
   EXPECT_TRUE(same(tokpos::to_dlpack(DType::kI64), kI64));
+  EXPECT_TRUE(same(tokpos::to_dlpack(DType::kF64), DLDataType{kDLFloat, 64, 1}));
   float x[24] = {};
   const TensorView v(x, DType::kBF16, {2, 3, 4});
   const DLTensor& t = v;
@@ -1929,6 +1942,124 @@ TEST(OpsCApi, EmptyBatchesSucceedWithNullBuffersInTheRawPointerFunctions) {
       << tokpos_last_error();
   // Sizes are still checked.
   EXPECT_EQ(tokpos_compose_forward(nullptr, nullptr, 0, 3, nullptr, 0, nullptr, 4, 2), TOKPOS_INVALID_ARGUMENT);
+}
+
+// ---- float64 ------------------------------------------------------------------------
+
+constexpr DLDataType kF64{kDLFloat, 64, 1};
+
+// Doubles with full 53-bit significands (float holds none of them), so a sum
+// taken in float, or a value rounded through it, shows.
+std::vector<double> noise64(size_t n, uint64_t seed) {
+  const auto a = noise(n, seed), b = noise(n, seed + 1);
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<double>(a[i]) * (1.0 + 0x1p-29 * static_cast<double>(b[i]));
+  return v;
+}
+
+// out = token_table[ids] + pos_table[start + t] in double, bit for bit, with
+// and without a position table, through the C API on DLPack tensors.
+TEST(OpsFloat64, ForwardIsTheExactDoubleSum) {
+  const int64_t B = 2, T = 5, V = 7, L = 9, D = 6, start = 3;
+  const auto tok = noise64(static_cast<size_t>(V * D), 90), pos = noise64(static_cast<size_t>(L * D), 91);
+  const std::vector<int64_t> ids = {6, 0, 3, 3, 1, 2, 5, 4, 0, 6};
+  for (const bool with_pos : {false, true}) {
+    std::vector<double> out(static_cast<size_t>(B * T * D), -1.0), want(out.size());
+    for (int64_t n = 0; n < B * T; ++n)
+      for (int64_t d = 0; d < D; ++d)
+        want[n * D + d] = tok[ids[n] * D + d] + (with_pos ? pos[(start + n % T) * D + d] : 0.0);
+    DL o(out.data(), kF64, {B, T, D}), i(ids.data(), kI64, {B, T}), tt(tok.data(), kF64, {V, D}),
+        pt(pos.data(), kF64, {L, D});
+    ASSERT_EQ(tokpos_op_compose_forward(o.p(), i.p(), tt.p(), with_pos ? pt.p() : nullptr, nullptr, start),
+              TOKPOS_OK)
+        << tokpos_last_error();
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * sizeof(double)), 0)
+        << "with_pos " << with_pos;
+  }
+}
+
+// d_token_table and d_pos_table += d_out rows in (b, t) order, in double;
+// padding_idx's row untouched.
+TEST(OpsFloat64, BackwardAddsInOrderInDouble) {
+  const int64_t B = 3, T = 4, V = 5, L = 6, D = 3, start = 1, pad = 2;
+  const std::vector<int64_t> ids = {1, 2, 1, 4, 0, 1, 2, 1, 4, 4, 1, 3};
+  const auto d_out = noise64(static_cast<size_t>(B * T * D), 92);
+  const auto tok0 = noise64(static_cast<size_t>(V * D), 93), pos0 = noise64(static_cast<size_t>(L * D), 94);
+  std::vector<double> want_tok = tok0, want_pos = pos0;
+  for (int64_t n = 0; n < B * T; ++n)
+    for (int64_t d = 0; d < D; ++d) {
+      if (ids[n] != pad) want_tok[ids[n] * D + d] += d_out[n * D + d];
+      want_pos[(start + n % T) * D + d] += d_out[n * D + d];
+    }
+  std::vector<double> gt = tok0, gp = pos0;
+  const TensorView t(gt.data(), DType::kF64, {V, D}), q(gp.data(), DType::kF64, {L, D}),
+      d(d_out.data(), DType::kF64, {B, T, D}), i(ids.data(), DType::kI64, {B, T});
+  ops::LookupOptions o;
+  o.padding_idx = pad;
+  ops::compose_backward(t.get(), q.get(), d, i, nullptr, start, o);
+  EXPECT_EQ(std::memcmp(gt.data(), want_tok.data(), gt.size() * sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(gp.data(), want_pos.data(), gp.size() * sizeof(double)), 0);
+}
+
+// scale_grad_by_freq: each row's sources scaled by 1 / count (double,
+// rounded to the gradient's type) and added one at a time as fused
+// multiply-adds; padding_idx's row untouched and not counted.
+TEST(OpsFloat64, ScaleGradByFreqAddsFusedScaledRows) {
+  const int64_t B = 2, T = 5, V = 4, D = 3, pad = 0;
+  const std::vector<int64_t> ids = {1, 2, 1, 0, 1, 3, 1, 2, 0, 1};
+  const auto d64 = noise64(static_cast<size_t>(B * T * D), 96);
+  std::vector<int64_t> counts(V, 0);
+  for (const int64_t id : ids)
+    if (id != pad) ++counts[id];
+  const std::vector<float> d32(d64.begin(), d64.end());
+  std::vector<double> want64(static_cast<size_t>(V * D), 0.5), got64 = want64;
+  std::vector<float> want32(static_cast<size_t>(V * D), 0.5f), got32 = want32;
+  for (int64_t n = 0; n < B * T; ++n)
+    for (int64_t d = 0; d < D; ++d) {
+      if (ids[n] == pad) continue;
+      const double c = 1.0 / static_cast<double>(counts[ids[n]]);
+      want64[ids[n] * D + d] = std::fma(c, d64[n * D + d], want64[ids[n] * D + d]);
+      want32[ids[n] * D + d] = std::fma(static_cast<float>(c), d32[n * D + d], want32[ids[n] * D + d]);
+    }
+  ops::LookupOptions o;
+  o.padding_idx = pad;
+  o.scale_grad_by_freq = true;
+  const TensorView i(ids.data(), DType::kI64, {B, T});
+  ops::compose_backward(TensorView(got64.data(), DType::kF64, {V, D}).get(), nullptr,
+                        TensorView(d64.data(), DType::kF64, {B, T, D}), i, nullptr, 0, o);
+  ops::compose_backward(TensorView(got32.data(), DType::kF32, {V, D}).get(), nullptr,
+                        TensorView(d32.data(), DType::kF32, {B, T, D}), i, nullptr, 0, o);
+  EXPECT_EQ(std::memcmp(got64.data(), want64.data(), got64.size() * sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(got32.data(), want32.data(), got32.size() * sizeof(float)), 0);
+}
+
+// float64 beside a narrower type is refused, naming both tensors; nothing is
+// written. The ops outside the lookup (the typed forward, the sparse
+// gradient rows) still take float32 only.
+TEST(OpsFloat64, MixedWithNarrowerTypesIsRefused) {
+  refuse("f64 token_table, f32 pos_table and out", [](FwdCase& c) { c.tt.t.dtype = kF64; }, {kUnimpl},
+         {"token_table is f64", "pos_table is f32"});
+  refuse("f64 token_table, f32 out", [](FwdCase& c) { c.tt.t.dtype = kF64, c.use_pos = false; }, {kUnimpl},
+         {"token_table is f64", "out is f32"});
+  refuse("f64 out, f32 tables", [](FwdCase& c) { c.o.t.dtype = kF64; }, {kUnimpl},
+         {"out is f64", "token_table is f32"});
+  refuse("f64 pos_table, f32 token_table", [](FwdCase& c) { c.pt.t.dtype = kF64; }, {kUnimpl},
+         {"pos_table is f64", "token_table is f32"});
+  refuse_bwd("f64 d_out, f32 gradients", [](BwdCase& c) { c.d.t.dtype = kF64; }, {kUnimpl},
+             {"d_out is f64", "d_token_table is f32"});
+  refuse_bwd("f64 d_pos_table, f32 d_out", [](BwdCase& c) { c.q.t.dtype = kF64; }, {kUnimpl},
+             {"d_pos_table is f64", "d_out is f32"});
+  const std::vector<int64_t> ids = {0, 1};
+  const auto d_out = noise64(6, 95);
+  std::vector<double> values(6, 0.5);
+  const TensorView v(values.data(), DType::kF64, {2, 3}), d(d_out.data(), DType::kF64, {1, 2, 3}),
+      i(ids.data(), DType::kI64, {1, 2});
+  const ops::RowPlan plan(i, 4);
+  std::string msg;
+  EXPECT_EQ(thrown([&] { ops::token_gradient_rows(v, d, plan); }, &msg), tokpos::Status::kUnimplemented);
+  EXPECT_NE(msg.find("float64"), std::string::npos) << msg;
+  EXPECT_EQ(values, std::vector<double>(6, 0.5));
 }
 
 }  // namespace

@@ -20,12 +20,15 @@ enum class DType : int {
   kF16 = 2,   // IEEE binary16, stored as its uint16 bits
   kI32 = 3,   // int32 (ids and positions)
   kI64 = 4,   // int64 (ids and positions)
+  kF64 = 5,   // IEEE binary64: the lookup and its backward only (gradient checks in double)
 };
 
-TOKPOS_API const char* dtype_name(DType dtype);                 // "f32", "bf16", "f16", "i32", "i64"
+TOKPOS_API const char* dtype_name(DType dtype);  // "f32", "bf16", "f16", "i32", "i64", "f64"
 TOKPOS_API std::optional<DType> parse_dtype(std::string_view name);  // the inverse of dtype_name
-TOKPOS_API size_t dtype_size(DType dtype);                      // bytes per element: 4, 2, 2, 4, 8
-inline bool is_float(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
+TOKPOS_API size_t dtype_size(DType dtype);                           // bytes per element: 4, 2, 2, 4, 8, 8
+inline bool is_float(DType d) {
+  return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16 || d == DType::kF64;
+}
 inline bool is_index(DType d) { return d == DType::kI32 || d == DType::kI64; }
 
 }  // namespace tokpos

@@ -134,6 +134,12 @@ struct LookupOptions {
   // The token table is a shard of a larger one (VocabShard); unk_id must
   // then be -1, and padding_idx (when >= 0) is a global id.
   VocabShard shard{};
+  // The backward divides each token row's gradient by the row's count in
+  // the batch (PyTorch's scale_grad_by_freq): the scale 1 / count, computed
+  // in double and rounded to the gradient's type, and each source added as
+  // one fused multiply-add, one at a time in (b, t) order, as PyTorch's CPU
+  // backward adds them, so the bits are PyTorch's.
+  bool scale_grad_by_freq = false;
 };
 
 // The validated ids and positions of one batch, and the backward's plan:

@@ -80,7 +80,8 @@ TOKPOS_API int64_t tokpos_get_stream_min_bytes(void);
  *
  * Tensors are described by DLPack's DLTensor (what numpy, PyTorch, JAX and
  * CuPy exchange):
- *   - tables and out: float32, bfloat16 or float16 (kDLFloat 32/16, kDLBfloat 16);
+ *   - tables and out: float32, bfloat16 or float16 (kDLFloat 32/16, kDLBfloat 16),
+ *     or float64 (kDLFloat 64) for every table and out of a call at once;
  *     ids and position_ids: int32 or int64 (kDLInt 32/64); lanes 1;
  *   - any strides whose innermost (D) stride is 1, including 0 (broadcast)
  *     on other dimensions; strides NULL means row-major contiguous;
@@ -95,7 +96,8 @@ TOKPOS_API int64_t tokpos_get_stream_min_bytes(void);
  * position_ids, nor itself (TOKPOS_INVALID_ARGUMENT). */
 
 /* out = token_table[ids] (+ pos_table[position]), summed in float32 and
- * rounded once to out's dtype. pos_table NULL: token rows only
+ * rounded once to out's dtype (float64: summed in double, no rounding; a
+ * float64 table beside a narrower one is TOKPOS_UNIMPLEMENTED). pos_table NULL: token rows only
  * (tokpos::ops::compose_forward). */
 TOKPOS_API tokpos_status tokpos_op_compose_forward(const DLTensor* out, const DLTensor* ids,
                                                    const DLTensor* token_table,
@@ -127,7 +129,8 @@ TOKPOS_API tokpos_status tokpos_op_compose_forward_ggml(const DLTensor* out, con
 
 /* d_token_table (V, D) += d_out rows grouped by id; d_pos_table (L, D) +=
  * d_out rows grouped by position. Either gradient may be NULL. Gradients and
- * d_out must be float32 (else TOKPOS_UNIMPLEMENTED). Only rows that appear
+ * d_out must be float32, or all float64 (else TOKPOS_UNIMPLEMENTED), added in
+ * that type in the order below. Only rows that appear
  * change. The order of the additions is fixed, so the bits are the same for
  * any thread count: a row with at most 64 sources adds them one at a time in
  * (b, t) order, grad = ((grad + s1) + s2) + ...; a row with more adds
@@ -319,6 +322,7 @@ typedef enum tokpos_dtype {
   TOKPOS_DTYPE_F16 = 2,  /* uint16_t bits of IEEE binary16 */
   TOKPOS_DTYPE_I32 = 3,  /* int32_t (ids and positions; not a table type) */
   TOKPOS_DTYPE_I64 = 4,  /* int64_t (ids and positions; not a table type) */
+  TOKPOS_DTYPE_F64 = 5,  /* double (DLTensor lookups only; the raw-pointer functions refuse it) */
   TOKPOS_DTYPE_MIN_ENUM_ = -0x7fffffff - 1, /* range markers, as for tokpos_status */
   TOKPOS_DTYPE_MAX_ENUM_ = 0x7fffffff
 } tokpos_dtype;

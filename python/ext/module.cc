@@ -84,7 +84,7 @@ void compose_raw(uintptr_t out, uintptr_t ids, int ids_dtype, int64_t B, int64_t
   using tokpos::DType;
   using tokpos::TensorView;
   auto dtype = [](int code, const char* name) {
-    if (code < 0 || code > static_cast<int>(DType::kI64)) {
+    if (code < 0 || code > static_cast<int>(DType::kF64)) {
       throw tokpos::Error(tokpos::Status::kInvalidArgument,
                           std::string("tokpos: ") + name + " has unknown dtype code " + std::to_string(code));
     }
@@ -110,9 +110,10 @@ void compose_raw(uintptr_t out, uintptr_t ids, int ids_dtype, int64_t B, int64_t
                                pids ? pids->get() : nullptr, start, lookup(w.c_str()));
 }
 
-void compose_backward(const std::optional<OutArray>& d_token_table, const std::optional<OutArray>& d_pos_table,
-                      const InArray& d_out, const InArray& ids, const std::optional<InArray>& position_ids,
-                      int64_t start, int64_t padding_idx, int64_t unk_id, const char* where) {
+void compose_backward(const std::optional<OutArray>& d_token_table,
+                      const std::optional<OutArray>& d_pos_table, const InArray& d_out, const InArray& ids,
+                      const std::optional<InArray>& position_ids, int64_t start, int64_t padding_idx,
+                      int64_t unk_id, const char* where, bool scale_grad_by_freq) {
   std::optional<Tensor> dt, dp, pids;
   const DLTensor* t = maybe(dt, d_token_table, "d_token_table");
   const DLTensor* p = maybe(dp, d_pos_table, "d_pos_table");
@@ -120,7 +121,9 @@ void compose_backward(const std::optional<OutArray>& d_token_table, const std::o
   const Tensor g(d_out, "d_out"), i(ids, "ids");
   const std::string w = where;
   nb::gil_scoped_release release;
-  tokpos::ops::compose_backward(t, p, g.dl, i.dl, pi, start, lookup(w.c_str(), padding_idx, unk_id));
+  tokpos::ops::LookupOptions o = lookup(w.c_str(), padding_idx, unk_id);
+  o.scale_grad_by_freq = scale_grad_by_freq;
+  tokpos::ops::compose_backward(t, p, g.dl, i.dl, pi, start, o);
 }
 
 // BERT's sum out (B, T, D) = (token_table[ids] + type_table[type_ids]) +
@@ -257,8 +260,8 @@ NB_MODULE(_core, m) {
         nb::arg("pos_table"), nb::arg("pos_dtype"), nb::arg("L"), nb::arg("position_ids"),
         nb::arg("position_dtype"), nb::arg("start"), nb::arg("where"));
   m.def("compose_backward", &compose_backward, nb::arg("d_token_table").none(), nb::arg("d_pos_table").none(),
-        nb::arg("d_out"), nb::arg("ids"), nb::arg("position_ids").none(), nb::arg("start"), nb::arg("padding_idx"),
-        nb::arg("unk_id"), nb::arg("where"));
+        nb::arg("d_out"), nb::arg("ids"), nb::arg("position_ids").none(), nb::arg("start"),
+        nb::arg("padding_idx"), nb::arg("unk_id"), nb::arg("where"), nb::arg("scale_grad_by_freq") = false);
   m.def("compose_typed", &compose_typed, nb::arg("out"), nb::arg("ids"), nb::arg("token_table"),
         nb::arg("type_ids").none(), nb::arg("type_table").none(), nb::arg("pos_table"),
         nb::arg("position_ids").none(), nb::arg("where"));

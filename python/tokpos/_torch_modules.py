@@ -17,6 +17,8 @@ from ._arrays import INT64_MIN as _INT64_MIN
 from ._arrays import UINT64_MAX as _UINT64_MAX
 from ._arrays import count as _count
 from ._arrays import real as _real
+from ._torch_embedding import embedding as _embedding
+from ._torch_embedding import transformed as _transformed
 from ._torch_ops import F32 as _F32
 from ._torch_ops import compose as _compose
 
@@ -128,6 +130,8 @@ class TokenEmbedding(nn.Module):
         """ids (B, T) -> (B, T, D); ids (N) -> (N, D)."""
         pad = -1 if self.padding_idx is None else self.padding_idx
         weight = self.weight if torch.compiler.is_compiling() else _table(self)
+        if _transformed(weight, ids):  # forward-mode AD and torch.func: Embedding's lookup, the same kernels
+            return _embedding(ids, weight, self.padding_idx, sparse=self.sparse)
         return _compose(ids, weight, None, None, 0, pad, self.sparse, "tokpos.torch.TokenEmbedding")
 
     def extra_repr(self) -> str:

@@ -85,7 +85,7 @@ def plain(t: Optional[Tensor]) -> Optional[Tensor]:
     return t
 
 
-def lazy_zeros(rows: int, dim: int) -> Tensor:
+def lazy_zeros(rows: int, dim: int, dtype: torch.dtype = F32) -> Tensor:
     """A zeroed float32 (rows, dim) tensor whose pages the kernel provides
     already zero: numpy's zeros is calloc, which for a large block maps fresh
     zero pages instead of writing zeros. torch.zeros writes every byte (and
@@ -94,14 +94,20 @@ def lazy_zeros(rows: int, dim: int) -> Tensor:
     training step's embedding time. The untouched rows stay the kernel's zero
     page until something reads them (the first read of each page is a minor
     fault, not a 4 KiB write)."""
-    return torch.from_numpy(np.zeros((rows, dim), dtype=np.float32))
+    return torch.from_numpy(np.zeros((rows, dim), dtype=np.float64 if dtype == torch.float64 else np.float32))
+
+
+def grad_dtype(d_out_dtype: torch.dtype) -> torch.dtype:
+    """The type the backward adds in: float64 for a float64 table, float32
+    for every other (bfloat16 and float16 gradients are rounded once at the end)."""
+    return torch.float64 if d_out_dtype == torch.float64 else F32
 
 
 # ---------------------------------------------------------------------------
 # The kernel, called once.
 
 # tokpos::DType codes (tokpos/dtype.h) for _core.compose_raw.
-_TABLE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_TABLE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.float64: 5}
 _INDEX_CODES = {torch.int32: 3, torch.int64: 4}
 
 
@@ -196,7 +202,8 @@ def _compose_op(
     sparse: bool,
 ) -> Tensor:
     """out = token_table[ids] + pos_table[position] (position_ids, or
-    start + t), summed in float32 and rounded once to token_table's dtype."""
+    start + t), summed in float32 and rounded once to token_table's dtype
+    (float64 tables: summed in double)."""
     return compose_kernel(ids, token_table, pos_table, position_ids, start)
 
 
@@ -217,34 +224,40 @@ def _compose_backward_op(
     vocab_size: int,
     pos_rows: int,
     padding_idx: int,
+    scale_grad_by_freq: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """The float32 gradients of tokpos::compose: d_token_table (vocab_size, D)
-    and d_pos_table (pos_rows, D), each summed per row in increasing (b, t)
-    order. vocab_size or pos_rows 0: that gradient is not computed (a (0, D)
-    tensor). padding_idx >= 0: that token row gets no gradient."""
+    """The gradients of tokpos::compose, float32 (float64 when d_out is):
+    d_token_table (vocab_size, D) and d_pos_table (pos_rows, D), each summed
+    per row in increasing (b, t) order. vocab_size or pos_rows 0: that
+    gradient is not computed (a (0, D) tensor). padding_idx >= 0: that token
+    row gets no gradient. scale_grad_by_freq: each token row's sources scaled
+    by 1 / its count and added as fused multiply-adds, as torch's CPU
+    backward adds them."""
     dim = d_out.shape[-1]
-    d_tok = lazy_zeros(vocab_size, dim)
-    d_pos = lazy_zeros(pos_rows, dim)
+    acc = grad_dtype(d_out.dtype)
+    d_tok = lazy_zeros(vocab_size, dim, acc)
+    d_pos = lazy_zeros(pos_rows, dim, acc)
     if vocab_size or pos_rows:
         _core.compose_backward(
             d_tok if vocab_size else None,
             d_pos if pos_rows else None,
-            plain(d_out.to(F32)),
+            plain(d_out.to(acc)),
             plain(ids),
             plain(position_ids),
             start,
             padding_idx,
             -1,
             "tokpos::compose_backward",
+            scale_grad_by_freq,
         )
     return d_tok, d_pos
 
 
 @_compose_backward_op.register_fake
-def _compose_backward_fake(d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx):
+def _compose_backward_fake(d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx, scale_grad_by_freq=False):
     require_cpu("tokpos::compose_backward", ("d_out", "ids", "position_ids"), d_out, ids, position_ids)
-    dim = d_out.shape[-1]
-    return d_out.new_empty((vocab_size, dim), dtype=F32), d_out.new_empty((pos_rows, dim), dtype=F32)
+    dim, acc = d_out.shape[-1], grad_dtype(d_out.dtype)
+    return d_out.new_empty((vocab_size, dim), dtype=acc), d_out.new_empty((pos_rows, dim), dtype=acc)
 
 
 @torch.library.custom_op("tokpos::token_grad_rows", mutates_args=(), device_types="cpu")
@@ -315,6 +328,49 @@ def _compose_backward(ctx, d_out):
 
 
 _compose_op.register_autograd(_compose_backward, setup_context=_compose_setup_context)
+
+
+# The backward of tokpos::compose_backward (a double backward): the scatter
+# is linear in d_out, and its adjoint is a lookup of the incoming gradients,
+# g_tok's rows at ids (padding_idx's row zeroed, each row scaled by 1 / its
+# count under scale_grad_by_freq) plus g_pos's rows at the positions, by the
+# same tokpos::compose, so every order of derivative goes through the kernels.
+
+
+def _compose_backward_setup_context(ctx, inputs, output):
+    d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx, scale_grad_by_freq = inputs
+    ctx.save_for_backward(ids, position_ids)
+    ctx.start, ctx.padding_idx, ctx.scale = start, padding_idx, scale_grad_by_freq
+    ctx.vocab_size, ctx.pos_rows, ctx.d_out_dtype = vocab_size, pos_rows, d_out.dtype
+
+
+def _compose_backward_backward(ctx, g_tok, g_pos):
+    ids, position_ids = ctx.saved_tensors
+    if not ctx.needs_input_grad[0]:
+        return None, None, None, None, None, None, None, None
+    tok = g_tok if ctx.vocab_size else None
+    pos = g_pos if ctx.pos_rows else None
+    if tok is not None and (ctx.padding_idx >= 0 or ctx.scale):
+        keep = torch.ones(ctx.vocab_size, dtype=tok.dtype)
+        if ctx.scale:
+            counts = torch.zeros(ctx.vocab_size, dtype=torch.int64).index_add_(
+                0, ids.reshape(-1).long(), torch.ones(ids.numel(), dtype=torch.int64)
+            )
+            keep = (1.0 / counts.clamp(min=1).double()).to(tok.dtype)
+        if ctx.padding_idx >= 0:
+            keep[ctx.padding_idx] = 0
+        tok = tok * keep.unsqueeze(1)
+    if tok is None:  # positions only: the position rows looked up as a table
+        rows = position_ids if position_ids is not None else (
+            torch.arange(ids.shape[-1], dtype=torch.int64) + ctx.start
+        ).expand(ids.shape)
+        d_d_out = _compose_op(rows, pos, None, None, 0, -1, False)
+    else:
+        d_d_out = _compose_op(ids, tok, pos, position_ids, ctx.start, -1, False)
+    return d_d_out.to(ctx.d_out_dtype), None, None, None, None, None, None, None
+
+
+_compose_backward_op.register_autograd(_compose_backward_backward, setup_context=_compose_backward_setup_context)
 
 
 # ---------------------------------------------------------------------------

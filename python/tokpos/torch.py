@@ -1,5 +1,6 @@
 """tokpos.torch: the lesson's embedding modules as torch.nn.Modules.
 
+    Embedding, embedding           torch.nn.Embedding / F.embedding's contract on tokpos's kernels
     TokenEmbedding                 (V, D) token table, ids -> (B, T, D)
     LearnedPositionalEmbedding     (L, D) trained position table
     SinusoidalPositionalEmbedding  (L, D) fixed table, a buffer (no parameters)
@@ -33,12 +34,14 @@ ImportError naming both versions.
 
 This module only re-exports; the code lives in private modules:
 _torch_ops (the custom ops and the one way into the kernel),
-_torch_modules (the embedding modules), _torch_rope (RoPE) and _parallel
-(the vocab-parallel modules).
+_torch_modules (the embedding modules), _torch_embedding (Embedding and
+embedding, torch.nn.Embedding's contract, float64 tables included),
+_torch_rope (RoPE) and _parallel (the vocab-parallel modules).
 """
 
 # _torch_ops first: it checks torch's version before anything uses a newer API.
 from . import _torch_ops  # noqa: F401, I001
+from ._torch_embedding import Embedding, embedding
 from ._torch_modules import (
     EmbeddingComposer,
     LearnedPositionalEmbedding,
@@ -49,6 +52,7 @@ from ._torch_rope import RotaryEmbedding, apply_rope
 from ._parallel import VocabParallelComposer, VocabParallelEmbedding
 
 __all__ = [
+    "Embedding",
     "EmbeddingComposer",
     "LearnedPositionalEmbedding",
     "RotaryEmbedding",
@@ -57,4 +61,5 @@ __all__ = [
     "VocabParallelComposer",
     "VocabParallelEmbedding",
     "apply_rope",
+    "embedding",
 ]

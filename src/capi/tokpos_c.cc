@@ -53,6 +53,7 @@ static_assert(static_cast<int>(tokpos::Layout::kGgml) == TOKPOS_LAYOUT_GGML);
 static_assert(static_cast<int>(tokpos::Layout::kFairseq) == TOKPOS_LAYOUT_FAIRSEQ);
 static_assert(static_cast<int>(tokpos::DType::kF16) == TOKPOS_DTYPE_F16);
 static_assert(static_cast<int>(tokpos::DType::kI64) == TOKPOS_DTYPE_I64);
+static_assert(static_cast<int>(tokpos::DType::kF64) == TOKPOS_DTYPE_F64);
 static_assert(static_cast<int>(Status::kIdOutOfRange) == TOKPOS_ID_OUT_OF_RANGE);
 static_assert(static_cast<int>(Status::kPositionOutOfRange) == TOKPOS_POSITION_OUT_OF_RANGE);
 

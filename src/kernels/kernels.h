@@ -92,6 +92,9 @@ int threads_for(const Exec& ex, int64_t work);
 // zero_outside (a vocab shard): an id outside [0, V) adds nothing instead,
 //   out(b, t) = pos[pos(b, t)] rounded to out.type (zeros without pos).
 // Overwrites out; each element is written once, with no temporary.
+// float64: tok, pos (when set) and out are all f64 (the ops layer checks
+// it), and the sum is taken in double: out(b, t) = tok[row] + pos[pos], no
+// widening and no rounding.
 struct Gather {
   OutRows out;
   Index ids;
@@ -174,24 +177,35 @@ RowGroups group_rows(const int64_t* rows, int64_t N, int64_t V);
 // (and may throw std::bad_alloc), so a kernel path that needs no grouping
 // never pays for the sort. A kernel asks for them, if at all, before it
 // writes anything.
-struct GradTarget {
-  float* grad = nullptr;  // nullptr: this gradient is not wanted
+template <typename E>
+struct GradTargetOf {
+  E* grad = nullptr;  // nullptr: this gradient is not wanted
   int64_t stride = 0;
   const int64_t* rows = nullptr;
   const RowGroups* groups = nullptr;
   int64_t V = 0;
   const RowGroups& (*make_groups)(const void* arg) = nullptr;
   const void* make_arg = nullptr;
+  // Set: row v's sources are scaled by row_scale[v] (V entries), each
+  // source added as one fused multiply-add, one at a time in increasing i
+  // whatever the count (no blocks), as PyTorch's CPU backward adds
+  // scale_grad_by_freq's rows: grad[v] = fma(row_scale[v], s_i, grad[v]).
+  const E* row_scale = nullptr;
   const RowGroups& grouping() const { return groups != nullptr ? *groups : make_groups(make_arg); }
 };
+using GradTarget = GradTargetOf<float>;
+using GradTarget64 = GradTargetOf<double>;
 
-// Source i = (b, t) = (i / T, i % T) is the row src + b*sb + t*st, (D) floats.
-struct Source {
-  const float* data = nullptr;
+// Source i = (b, t) = (i / T, i % T) is the row src + b*sb + t*st, (D) elements.
+template <typename E>
+struct SourceOf {
+  const E* data = nullptr;
   int64_t sb = 0, st = 0;
   int64_t B = 0, T = 0, D = 0;
-  const float* row(int64_t i) const { return data + (i / T) * sb + (i % T) * st; }
+  const E* row(int64_t i) const { return data + (i / T) * sb + (i % T) * st; }
 };
+using Source = SourceOf<float>;
+using Source64 = SourceOf<double>;
 
 // a.grad += the sources grouped by a.rows, and b.grad likewise (either may
 // be absent). Accumulates; only listed rows change; the two gradients must
@@ -214,6 +228,11 @@ struct Source {
 // B <= 64), and re-reads only the sources of a rows split between threads.
 inline constexpr int64_t kRowBlock = 64;
 using IndexAddRowsFn = void(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex);
+// The same in float64 (f64 gradients and sources), in the same order, so
+// the same definition: each row's sources in increasing i, blocks of
+// kRowBlock beyond kRowBlock sources.
+using IndexAddRows64Fn = void(const GradTarget64& a, const GradTarget64& b, const Source64& src,
+                              const Exec& ex);
 
 // ---- RoPE ----------------------------------------------------------------------
 
@@ -263,6 +282,7 @@ struct KernelTable {
   IndexAddRowsFn* index_add_rows;
   ApplyRopeFn* apply_rope;
   ComposeQuantFn* compose_quant;
+  IndexAddRows64Fn* index_add_rows_f64;
 };
 
 const KernelTable& reference_kernels();

@@ -4,6 +4,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/check.h"
@@ -155,10 +156,27 @@ kernels::OutRows out_rows_of(const View& out) {
   return {out.data, out.dtype, out.strides[0], out.strides[1]};
 }
 
-kernels::Source source_of(const View& d_out, int64_t B, int64_t T, int64_t D) {
-  const auto* data = reinterpret_cast<const float*>(d_out.data);
+template <typename E = float>
+kernels::SourceOf<E> source_of(const View& d_out, int64_t B, int64_t T, int64_t D) {
+  const auto* data = reinterpret_cast<const E*>(d_out.data);
   if (d_out.ndim == 2) return {data, 0, d_out.strides[0], B, T, D};
   return {data, d_out.strides[0], d_out.strides[1], B, T, D};
+}
+
+// A float64 lookup is float64 throughout: the kernels sum in double and
+// never mix it with narrower types. Error(kUnimplemented) naming the first
+// tensor that differs from the first one given.
+void check_f64_together(const char* where, std::initializer_list<const View*> views) {
+  const View* f64 = nullptr;
+  const View* other = nullptr;
+  for (const View* v : views) {
+    if (!v->present) continue;
+    const View*& first = v->dtype == DType::kF64 ? f64 : other;
+    if (first == nullptr) first = v;
+  }
+  if (f64 != nullptr && other != nullptr)
+    fail(Status::kUnimplemented, where, f64->name, " is f64 but ", other->name, " is ",
+         dtype_name(other->dtype), "; a float64 lookup takes float64 for every table, output and gradient");
 }
 
 const char* where_of(const LookupOptions& o, const char* fallback) {
@@ -287,9 +305,10 @@ struct ForwardTensors {
 ForwardTensors check_forward_tensors(const char* where, const DLTensor& out, const DLTensor& token_table,
                                      const DLTensor* pos_table) {
   ForwardTensors f;
-  f.out = check_tensor(where, "out", &out, Role::kOutput, {2, 3});
-  f.tok = check_tensor(where, "token_table", &token_table, Role::kTable, {2});
-  f.pos = check_tensor(where, "pos_table", pos_table, Role::kTable, {2}, true);
+  f.out = check_tensor(where, "out", &out, Role::kLookupOutput, {2, 3});
+  f.tok = check_tensor(where, "token_table", &token_table, Role::kLookupTable, {2});
+  f.pos = check_tensor(where, "pos_table", pos_table, Role::kLookupTable, {2}, true);
+  check_f64_together(where, {&f.tok, &f.pos, &f.out});
   check_table_width(where, f.tok, f.out.last(), "out");
   check_table_width(where, f.pos, f.out.last(), "out");
   check_no_overlap(where, f.out, f.tok);
@@ -330,9 +349,10 @@ struct Grads {
 };
 Grads check_grads(const char* where, const DLTensor* d_token_table, const DLTensor* d_pos_table, const DLTensor& d_out) {
   Grads g;
-  g.d_out = check_tensor(where, "d_out", &d_out, Role::kGradIn, {2, 3});
-  g.d_tok = check_tensor(where, "d_token_table", d_token_table, Role::kGradient, {2}, true);
-  g.d_pos = check_tensor(where, "d_pos_table", d_pos_table, Role::kGradient, {2}, true);
+  g.d_out = check_tensor(where, "d_out", &d_out, Role::kLookupGradIn, {2, 3});
+  g.d_tok = check_tensor(where, "d_token_table", d_token_table, Role::kLookupGradient, {2}, true);
+  g.d_pos = check_tensor(where, "d_pos_table", d_pos_table, Role::kLookupGradient, {2}, true);
+  check_f64_together(where, {&g.d_out, &g.d_tok, &g.d_pos});
   const int64_t D = g.d_out.last();
   check_table_width(where, g.d_tok, D, "d_out");
   check_table_width(where, g.d_pos, D, "d_out");
@@ -342,15 +362,29 @@ Grads check_grads(const char* where, const DLTensor* d_token_table, const DLTens
   return g;
 }
 
-void run_backward(const Grads& g, const RowPlan::Impl& p, Context* ctx) {
+template <typename E>
+void run_backward_as(const Grads& g, const RowPlan::Impl& p, Context* ctx, bool scale_grad_by_freq) {
   const int64_t D = g.d_out.last();
-  if (p.B * p.T == 0 || D == 0 || (!g.d_tok.present && !g.d_pos.present)) return;
-  kernels::GradTarget a, b;
+  kernels::GradTargetOf<E> a, b;
+  std::vector<E> row_scale;
   if (g.d_tok.present) {
-    a = {reinterpret_cast<float*>(g.d_tok.data), g.d_tok.strides[0], p.grad_rows.data(), nullptr, p.V};
+    a = {reinterpret_cast<E*>(g.d_tok.data), g.d_tok.strides[0], p.grad_rows.data(), nullptr, p.V};
+  }
+  if (g.d_tok.present && scale_grad_by_freq) {
+    allocating(kBackward, "the row scales", [&] {
+      std::vector<int64_t> counts(static_cast<size_t>(p.V), 0);
+      for (const int64_t r : p.grad_rows)
+        if (r >= 0) ++counts[r];
+      row_scale.resize(counts.size());
+      for (size_t v = 0; v < counts.size(); ++v)
+        row_scale[v] = counts[v] != 0 ? static_cast<E>(1.0 / static_cast<double>(counts[v])) : E(0);
+      return 0;
+    });
+    a.row_scale = row_scale.data();
   }
   if (g.d_pos.present) {
-    b = {reinterpret_cast<float*>(g.d_pos.data), g.d_pos.strides[0], p.positions.data(), nullptr, g.d_pos.shape[0]};
+    b = {reinterpret_cast<E*>(g.d_pos.data), g.d_pos.strides[0], p.positions.data(), nullptr,
+         g.d_pos.shape[0]};
   }
   // The groupings on demand: a kernel path that needs none skips the sort.
   a.make_groups = [](const void* plan) -> const kernels::RowGroups& {
@@ -360,11 +394,24 @@ void run_backward(const Grads& g, const RowPlan::Impl& p, Context* ctx) {
     return static_cast<const RowPlan::Impl*>(plan)->position_groups();
   };
   a.make_arg = b.make_arg = &p;
-  const kernels::Source src = source_of(g.d_out, p.B, p.T, D);
+  const kernels::SourceOf<E> src = source_of<E>(g.d_out, p.B, p.T, D);
   allocating(kBackward, "the backward's plan and workspace", [&] {
-    detail::kernels_for(ctx).index_add_rows(a, b, src, detail::exec_for(ctx, detail::workspace_of(ctx)));
+    const kernels::KernelTable& k = detail::kernels_for(ctx);
+    const kernels::Exec ex = detail::exec_for(ctx, detail::workspace_of(ctx));
+    if constexpr (std::is_same_v<E, double>) {
+      k.index_add_rows_f64(a, b, src, ex);
+    } else {
+      k.index_add_rows(a, b, src, ex);
+    }
     return 0;
   });
+}
+
+void run_backward(const Grads& g, const RowPlan::Impl& p, Context* ctx, bool scale_grad_by_freq = false) {
+  const int64_t D = g.d_out.last();
+  if (p.B * p.T == 0 || D == 0 || (!g.d_tok.present && !g.d_pos.present)) return;
+  if (g.d_out.dtype == DType::kF64) return run_backward_as<double>(g, p, ctx, scale_grad_by_freq);
+  run_backward_as<float>(g, p, ctx, scale_grad_by_freq);
 }
 
 }  // namespace
@@ -676,7 +723,7 @@ void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table
   if (is_shard(o) && g.d_tok.present) {
     const RowPlan plan = shard_plan(where, ids, V, position_ids, start, o);
     if (g.d_pos.present) check_plan_table(where, plan.impl(), g.d_pos.shape[0], "d_pos_table");
-    run_backward(g, plan.impl(), ctx);
+    run_backward(g, plan.impl(), ctx, o.scale_grad_by_freq);
     return;
   }
   if (g.d_tok.present) {
@@ -693,7 +740,7 @@ void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table
               /*with_token_rows=*/false);
     return 0;
   });
-  run_backward(g, plan, ctx);
+  run_backward(g, plan, ctx, o.scale_grad_by_freq);
 }
 
 void compose_backward(const DLTensor* d_token_table, const DLTensor* d_pos_table, const DLTensor& d_out,

@@ -86,6 +86,7 @@ DLDataType to_dlpack(DType dtype) {
     case DType::kF16: return {kDLFloat, 16, 1};
     case DType::kI32: return {kDLInt, 32, 1};
     case DType::kI64: return {kDLInt, 64, 1};
+    case DType::kF64: return {kDLFloat, 64, 1};
   }
   return {kDLOpaqueHandle, 0, 0};
 }

@@ -68,6 +68,7 @@ bool to_dtype(DLDataType t, DType* out) {
   if (t.code == kDLBfloat && t.bits == 16) return *out = DType::kBF16, true;
   if (t.code == kDLInt && t.bits == 32) return *out = DType::kI32, true;
   if (t.code == kDLInt && t.bits == 64) return *out = DType::kI64, true;
+  if (t.code == kDLFloat && t.bits == 64) return *out = DType::kF64, true;
   return false;
 }
 
@@ -79,6 +80,10 @@ const char* role_types(Role role) {
     case Role::kGradient:
     case Role::kGradIn: return "float32";
     case Role::kBlocks: return "uint8";
+    case Role::kLookupTable:
+    case Role::kLookupOutput: return "float32, bfloat16, float16 or float64";
+    case Role::kLookupGradient:
+    case Role::kLookupGradIn: return "float32 or float64";
   }
   return "";
 }
@@ -87,10 +92,14 @@ bool role_accepts(Role role, DType d) {
   switch (role) {
     case Role::kIndex: return is_index(d);
     case Role::kTable:
-    case Role::kOutput: return is_float(d);
+    case Role::kOutput: return is_float(d) && d != DType::kF64;
     case Role::kGradient:
     case Role::kGradIn: return d == DType::kF32;
     case Role::kBlocks: return false;
+    case Role::kLookupTable:
+    case Role::kLookupOutput: return is_float(d);
+    case Role::kLookupGradient:
+    case Role::kLookupGradIn: return d == DType::kF32 || d == DType::kF64;
   }
   return false;
 }
@@ -195,7 +204,8 @@ View check_tensor(const char* where, const char* name, const DLTensor* t, Role r
   v.data = reinterpret_cast<char*>(base);
   v.lo = base;
   v.hi = end;
-  if (role == Role::kOutput || role == Role::kGradient) {
+  if (role == Role::kOutput || role == Role::kGradient || role == Role::kLookupOutput ||
+      role == Role::kLookupGradient) {
     // No two elements may share memory: sorted by stride, each dimension must
     // step past everything the smaller ones cover.
     int order[4] = {0, 1, 2, 3};

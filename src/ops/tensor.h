@@ -20,7 +20,14 @@ enum class Role {
   kOutput,    // a forward output: f32, bf16 or f16; may not overlap itself
   kGradient,  // a backward output: f32 only (bf16/f16 are kUnimplemented); may not overlap itself
   kGradIn,    // d_out: f32 only (bf16/f16 are kUnimplemented)
-  kBlocks,    // a quantized table's raw block bytes: uint8 (the View's dtype is meaningless; strides in bytes)
+  kBlocks,  // a quantized table's raw block bytes: uint8 (the View's dtype is meaningless; strides in bytes)
+  // The lookup's own roles (compose_forward and compose_backward on float
+  // tables), which also take float64; the op then checks that every float
+  // tensor of the call is float64 or none is.
+  kLookupTable,     // f32, bf16, f16 or f64
+  kLookupOutput,    // f32, bf16, f16 or f64; may not overlap itself
+  kLookupGradient,  // f32 or f64; may not overlap itself
+  kLookupGradIn,    // f32 or f64
 };
 
 struct View {

@@ -409,7 +409,8 @@ void position_table(void* out, DType dtype, int64_t L, int64_t D, int64_t start,
     case DType::kBF16: return generate<DType::kBF16>(out, L, D, start, o);
     case DType::kF16: return generate<DType::kF16>(out, L, D, start, o);
     case DType::kI32:
-    case DType::kI64: break;
+    case DType::kI64:
+    case DType::kF64: break;
   }
   detail::fail(Status::kInvalidArgument, kWhere, "dtype ", static_cast<int>(dtype),
                " is not a table type: expected f32 (0), bf16 (1) or f16 (2)");

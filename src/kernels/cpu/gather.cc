@@ -338,10 +338,40 @@ bool has_avx512f() {
 #endif
 }
 
+// Tokens [n0, n1) of the float64 forward: plain loops, summed in double
+// (the gradient-check path: exactness, not speed).
+void rows_f64(const Gather& g, int64_t n0, int64_t n1) {
+  const auto* tok = static_cast<const double*>(g.tok.data);
+  const auto* pos = static_cast<const double*>(g.pos.data);
+  auto* out = static_cast<double*>(g.out.data);
+  const int64_t T = g.T, D = g.D;
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t b = n / T, t = n % T, id = g.ids.at(b, t);
+    const int64_t ix = (id >= 0 && id < g.V) ? id : g.unk_id;
+    const int64_t p = g.pos_ids.data ? g.pos_ids.within(b, t, g.L, 0) : g.start + t;
+    const double* wpe = pos == nullptr ? nullptr : pos + p * g.pos.stride;
+    double* o = out + b * g.out.sb + t * g.out.st;
+    if (ix != id && g.zero_outside) [[unlikely]] {
+      for (int64_t d = 0; d < D; ++d) o[d] = wpe == nullptr ? 0.0 : wpe[d];
+      continue;
+    }
+    const double* wte = tok + ix * g.tok.stride;
+    if (wpe == nullptr) {
+      std::copy(wte, wte + D, o);
+    } else {
+      for (int64_t d = 0; d < D; ++d) o[d] = wte[d] + wpe[d];
+    }
+  }
+}
+
 }  // namespace
 
 void compose_forward(const Gather& g, const Exec& ex) {
   const int64_t N = g.B * g.T;
+  if (g.tok.type == DType::kF64) {
+    over_token_ranges(ex, N, N * g.D, [&](int64_t n0, int64_t n1) { rows_f64(g, n0, n1); });
+    return;
+  }
   const auto out_bytes = static_cast<int64_t>(N * g.D * static_cast<int64_t>(dtype_size(g.out.type)));
   const bool stream = N > kDecodeTokens && out_bytes >= ex.stream_min_bytes;
   const bool f16 = (g.tok.type == DType::kF16 || g.pos.type == DType::kF16) && g.pos.data != nullptr;

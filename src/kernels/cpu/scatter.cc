@@ -4,6 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/kernels.h"
@@ -302,13 +305,103 @@ bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& sr
   return true;
 }
 
+// ---- Scaled rows (scale_grad_by_freq) -------------------------------------------
+
+// t.grad[v] = fma(t.row_scale[v], s_i, t.grad[v]) for each source i of v in
+// increasing i; a thread owns whole rows, so the bits never depend on the
+// thread count.
+template <typename E>
+void index_add_scaled(const GradTargetOf<E>& t, const RowGroups& groups, const SourceOf<E>& src, int nt) {
+  const int64_t D = src.D;
+  const auto nrows = static_cast<int64_t>(groups.rows.size());
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
+  for (int64_t r = 0; r < nrows; ++r) {
+    const int64_t v = groups.rows[r];
+    E* grad = t.grad + v * t.stride;
+    const E scale = t.row_scale[v];
+    for (int64_t k = groups.start[r]; k < groups.start[r + 1]; ++k) {
+      const E* s = src.row(groups.order[k]);
+      for (int64_t d = 0; d < D; ++d) grad[d] = std::fma(scale, s[d], grad[d]);
+    }
+  }
+}
+
+// ---- float64 -------------------------------------------------------------------
+
+// One gradient in float64, row by row in kernels.h's order: a thread owns
+// whole rows, so no two threads add to one row and the bits never depend on
+// the thread count. block: D doubles of scratch per thread.
+void index_add_f64(const GradTarget64& t, const RowGroups& groups, const Source64& src, int nt,
+                   double* scratch) {
+  const int64_t D = src.D;
+  const auto nrows = static_cast<int64_t>(groups.rows.size());
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
+  for (int64_t r = 0; r < nrows; ++r) {
+    double* grad = t.grad + groups.rows[r] * t.stride;
+    const int64_t k0 = groups.start[r], k1 = groups.start[r + 1];
+    if (k1 - k0 <= kRowBlock) {
+      for (int64_t k = k0; k < k1; ++k) {
+        const double* s = src.row(groups.order[k]);
+        for (int64_t d = 0; d < D; ++d) grad[d] += s[d];
+      }
+      continue;
+    }
+    double* block = scratch + omp_get_thread_num() * D;
+    for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock) {
+      const int64_t b1 = std::min(k1, b0 + kRowBlock);
+      const double* first = src.row(groups.order[b0]);
+      std::copy(first, first + D, block);
+      for (int64_t k = b0 + 1; k < b1; ++k) {
+        const double* s = src.row(groups.order[k]);
+        for (int64_t d = 0; d < D; ++d) block[d] += s[d];
+      }
+      for (int64_t d = 0; d < D; ++d) grad[d] += block[d];
+    }
+  }
+}
+
 }  // namespace
+
+// Both groupings and the scratch are made before either gradient is written.
+void index_add_rows_f64(const GradTarget64& a, const GradTarget64& b, const Source64& src, const Exec& ex) {
+  const int64_t N = src.B * src.T;
+  const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, N * src.D);
+  const RowGroups* ga = a.grad != nullptr ? &a.grouping() : nullptr;
+  const RowGroups* gb = b.grad != nullptr ? &b.grouping() : nullptr;
+  std::vector<double> scratch(static_cast<size_t>(nt * src.D));
+  if (ga != nullptr && a.row_scale != nullptr) {
+    index_add_scaled(a, *ga, src, nt);
+  } else if (ga != nullptr) {
+    index_add_f64(a, *ga, src, nt, scratch.data());
+  }
+  if (gb != nullptr && b.row_scale != nullptr) {
+    index_add_scaled(b, *gb, src, nt);
+  } else if (gb != nullptr) {
+    index_add_f64(b, *gb, src, nt, scratch.data());
+  }
+}
 
 void index_add_rows(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex) {
   Workspace local;
   Workspace& ws = ex.ws != nullptr ? *ex.ws : local;
   const bool want_a = a.grad != nullptr, want_b = b.grad != nullptr;
   if (!want_a && !want_b) return;
+  if ((want_a && a.row_scale != nullptr) || (want_b && b.row_scale != nullptr)) {
+    // Scaled rows take their own pass; the other target's scatter is planned
+    // (every allocation made) before either is written.
+    const int nt = src.B * src.T <= kDecodeTokens ? 1 : threads_for(ex, src.B * src.T * src.D);
+    const GradTarget& scaled = want_a && a.row_scale != nullptr ? a : b;
+    const GradTarget& other = &scaled == &a ? b : a;
+    const RowGroups& groups = scaled.grouping();
+    std::optional<Scatter> rest;
+    if (other.grad != nullptr && other.row_scale == nullptr) rest.emplace(other, nullptr, src, ex, ws);
+    const RowGroups* other_groups =
+        other.grad != nullptr && other.row_scale != nullptr ? &other.grouping() : nullptr;
+    index_add_scaled(scaled, groups, src, nt);
+    if (other_groups != nullptr) index_add_scaled(other, *other_groups, src, nt);
+    if (rest) rest->run(nullptr);
+    return;
+  }
   if (scatter_in_order(a, b, src, ex, ws)) return;
   if (!want_a) return Scatter(b, nullptr, src, ex, ws).run(nullptr);
   if (!want_b) return Scatter(a, nullptr, src, ex, ws).run(nullptr);

@@ -1,6 +1,7 @@
 // Reference kernels: the plainest loops that state the definitions in
 // kernels.h. One thread, no vectors, no plan: the source of truth.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "common/convert.h"
@@ -37,7 +38,30 @@ int64_t position_of(const Gather& g, int64_t b, int64_t t) {
   return g.pos_ids.data ? g.pos_ids.within(b, t, g.L, 0) : g.start + t;
 }
 
+// The float64 forward: every table and out f64, summed in double.
+void compose_forward_f64_ref(const Gather& g) {
+  const auto* tok = static_cast<const double*>(g.tok.data);
+  const auto* pos = static_cast<const double*>(g.pos.data);
+  auto* out = static_cast<double*>(g.out.data);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t t = 0; t < g.T; ++t) {
+      const int64_t id = g.ids.at(b, t), ix = (id >= 0 && id < g.V) ? id : g.unk_id, p = position_of(g, b, t);
+      const bool outside = g.zero_outside && ix != id;
+      for (int64_t d = 0; d < g.D; ++d) {
+        double v;
+        if (outside) {
+          v = pos ? pos[p * g.pos.stride + d] : 0.0;
+        } else {
+          v = tok[ix * g.tok.stride + d];
+          if (pos) v = v + pos[p * g.pos.stride + d];
+        }
+        out[b * g.out.sb + t * g.out.st + d] = v;
+      }
+    }
+}
+
 void compose_forward_ref(const Gather& g, const Exec&) {
+  if (g.tok.type == DType::kF64) return compose_forward_f64_ref(g);
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t t = 0; t < g.T; ++t) {
       const int64_t id = g.ids.at(b, t), ix = (id >= 0 && id < g.V) ? id : g.unk_id, p = position_of(g, b, t);
@@ -72,7 +96,8 @@ void compose_typed_ref(const TypedGather& tg, const Exec&) {
 }
 
 // The sources of each row of a, in increasing i: (V) lists. Allocates.
-std::vector<std::vector<int64_t>> sources_of(const GradTarget& a, const Source& src) {
+template <typename E>
+std::vector<std::vector<int64_t>> sources_of(const GradTargetOf<E>& a, const SourceOf<E>& src) {
   const int64_t N = src.B * src.T;
   std::vector<std::vector<int64_t>> sources(static_cast<size_t>(a.V));
   for (int64_t i = 0; i < N; ++i)
@@ -83,12 +108,18 @@ std::vector<std::vector<int64_t>> sources_of(const GradTarget& a, const Source& 
 // Row by row, sources in increasing i: one at a time for a row with at most
 // kRowBlock sources, else blocks of kRowBlock summed from their first source.
 // `block` is D floats of scratch; nothing here allocates.
-void index_add_one(const GradTarget& a, const Source& src, const std::vector<std::vector<int64_t>>& sources,
-                   std::vector<float>& block) {
+template <typename E>
+void index_add_one(const GradTargetOf<E>& a, const SourceOf<E>& src,
+                   const std::vector<std::vector<int64_t>>& sources, std::vector<E>& block) {
   const int64_t D = src.D;
   for (int64_t v = 0; v < a.V; ++v) {
     const auto& list = sources[v];
-    float* grad = a.grad + v * a.stride;
+    E* grad = a.grad + v * a.stride;
+    if (a.row_scale != nullptr) {
+      for (const int64_t i : list)
+        for (int64_t d = 0; d < D; ++d) grad[d] = std::fma(a.row_scale[v], src.row(i)[d], grad[d]);
+      continue;
+    }
     if (list.size() <= static_cast<size_t>(kRowBlock)) {
       for (const int64_t i : list)
         for (int64_t d = 0; d < D; ++d) grad[d] += src.row(i)[d];
@@ -108,13 +139,22 @@ void index_add_one(const GradTarget& a, const Source& src, const std::vector<std
 // allocation (both source lists, the scratch row) comes before the first
 // write, as kernels.h asks of a backward kernel: a bad_alloc leaves both
 // gradients untouched.
-void index_add_rows_ref(const GradTarget& a, const GradTarget& b, const Source& src, const Exec&) {
+template <typename E>
+void index_add_rows_any(const GradTargetOf<E>& a, const GradTargetOf<E>& b, const SourceOf<E>& src) {
   std::vector<std::vector<int64_t>> sources_a, sources_b;
   if (a.grad != nullptr) sources_a = sources_of(a, src);
   if (b.grad != nullptr) sources_b = sources_of(b, src);
-  std::vector<float> block(static_cast<size_t>(src.D));
+  std::vector<E> block(static_cast<size_t>(src.D));
   if (a.grad != nullptr) index_add_one(a, src, sources_a, block);
   if (b.grad != nullptr) index_add_one(b, src, sources_b, block);
+}
+
+void index_add_rows_ref(const GradTarget& a, const GradTarget& b, const Source& src, const Exec&) {
+  index_add_rows_any(a, b, src);
+}
+
+void index_add_rows_f64_ref(const GradTarget64& a, const GradTarget64& b, const Source64& src, const Exec&) {
+  index_add_rows_any(a, b, src);
 }
 
 }  // namespace
@@ -123,8 +163,10 @@ void apply_rope_ref(const RopeApply& r, const Exec& ex);  // reference/rope.cc
 void compose_quant_ref(const QuantGather& q, const Exec& ex);  // reference/quant.cc
 
 const KernelTable& reference_kernels() {
-  static const KernelTable table{"reference", 0.0, compose_forward_ref, compose_typed_ref, index_add_rows_ref,
-                                 apply_rope_ref, compose_quant_ref};
+  static const KernelTable table{"reference",         0.0,
+                                 compose_forward_ref, compose_typed_ref,
+                                 index_add_rows_ref,  apply_rope_ref,
+                                 compose_quant_ref,   index_add_rows_f64_ref};
   return table;
 }
 
