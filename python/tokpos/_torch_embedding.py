@@ -96,6 +96,18 @@ def _dense_gradient(grad, ids, num_weights, padding_idx, scale_grad_by_freq, dty
     return d_weight.to(dtype)
 
 
+def _save_lookup(ctx, inputs) -> Tensor:
+    """What both lookups' backwards read, saved on ctx; returns the ids."""
+    weight, ids, padding_idx, scale_grad_by_freq, sparse = inputs
+    ctx.save_for_backward(ids)
+    ctx.num_weights = weight.shape[0]
+    ctx.padding_idx = padding_idx
+    ctx.scale_grad_by_freq = scale_grad_by_freq
+    ctx.sparse = sparse
+    ctx.dtype = weight.dtype
+    return ids
+
+
 class _CompiledLookup(torch.autograd.Function):
     """out (N, D) = weight[ids] for 1-D ids, as torch.compile and torch.export
     trace it: forward and backward only (Dynamo does not trace a custom jvp
@@ -109,13 +121,7 @@ class _CompiledLookup(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        weight, ids, padding_idx, scale_grad_by_freq, sparse = inputs
-        ctx.save_for_backward(ids)
-        ctx.num_weights = weight.shape[0]
-        ctx.padding_idx = padding_idx
-        ctx.scale_grad_by_freq = scale_grad_by_freq
-        ctx.sparse = sparse
-        ctx.dtype = weight.dtype
+        _save_lookup(ctx, inputs)
 
     @staticmethod
     def backward(ctx, grad):
@@ -139,14 +145,7 @@ class _Lookup(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        weight, ids, padding_idx, scale_grad_by_freq, sparse = inputs
-        ctx.save_for_backward(ids)
-        ctx.save_for_forward(ids)
-        ctx.num_weights = weight.shape[0]
-        ctx.padding_idx = padding_idx
-        ctx.scale_grad_by_freq = scale_grad_by_freq
-        ctx.sparse = sparse
-        ctx.dtype = weight.dtype
+        ctx.save_for_forward(_save_lookup(ctx, inputs))
 
     @staticmethod
     def backward(ctx, grad):
