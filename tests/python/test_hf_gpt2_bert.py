@@ -241,8 +241,9 @@ def test_gpt2_inputs_embeds_and_token_types_as_the_model_computes_them():
         assert torch.equal(model(ids, token_type_ids=types).logits, reference(ids, token_type_ids=types).logits)
 
 
-def test_gpt2_bfloat16_bitwise_equal():
-    model, reference, _ = twins(lambda: gpt2().to(torch.bfloat16))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_gpt2_bfloat16_and_float64_bitwise_equal(dtype):
+    model, reference, _ = twins(lambda: gpt2().to(dtype))
     ids = seeded(lambda: torch.randint(1, V, (2, 9)), 6)
     with torch.no_grad():
         assert torch.equal(model(ids).logits, reference(ids).logits)
