@@ -59,6 +59,7 @@
 
 #include "peers.h"
 #include "tokpos/dtype.h"
+#include "dl_tensor.h"
 #include "tokpos/ops.h"
 #include "tokpos/position_table.h"
 #include "tokpos/random.h"
@@ -120,27 +121,9 @@ void set_threads(int n) {
   tokpos_set_num_threads(n);
 }
 
-// A DLTensor as a C caller fills it in: CPU, row-major (strides NULL).
-struct Dl {
-  int64_t shape[3] = {};
-  DLTensor t{};
-  Dl(const void* data, DLDataType dtype, std::initializer_list<int64_t> dims) {
-    int i = 0;
-    for (int64_t d : dims) shape[i++] = d;
-    t.data = const_cast<void*>(data);
-    t.device = {kDLCPU, 0};
-    t.ndim = i;
-    t.dtype = dtype;
-    t.shape = shape;
-    t.strides = nullptr;
-    t.byte_offset = 0;
-  }
-  Dl(const Dl&) = delete;
-  Dl& operator=(const Dl&) = delete;
-  const DLTensor* get() const { return &t; }
-};
-constexpr DLDataType kF32{kDLFloat, 32, 1};
-constexpr DLDataType kI64{kDLInt, 64, 1};
+using tokpos::bench::Dl;
+using tokpos::bench::kF32;
+using tokpos::bench::kI64;
 
 bool ok(benchmark::State& state, tokpos_status st) {
   if (st == TOKPOS_OK) return true;

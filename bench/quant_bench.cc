@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "tokpos/ggml_type.h"
+#include "dl_tensor.h"
 #include "tokpos/ops.h"
 #include "tokpos/threading.h"
 
@@ -582,24 +583,10 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// A DLTensor over caller memory, row-major, as a C caller fills it in.
-struct Dl {
-  int64_t shape[3] = {};
-  DLTensor t{};
-  Dl(const void* data, DLDataType dtype, std::initializer_list<int64_t> dims) {
-    int i = 0;
-    for (int64_t d : dims) shape[i++] = d;
-    t.data = const_cast<void*>(data);
-    t.device = {kDLCPU, 0};
-    t.ndim = i;
-    t.dtype = dtype;
-    t.shape = shape;
-  }
-  Dl(const Dl&) = delete;
-  Dl& operator=(const Dl&) = delete;
-  operator const DLTensor&() const { return t; }
-};
-constexpr DLDataType kF32{kDLFloat, 32, 1}, kI64{kDLInt, 64, 1}, kU8{kDLUInt, 8, 1};
+using tokpos::bench::Dl;
+using tokpos::bench::kF32;
+using tokpos::bench::kI64;
+using tokpos::bench::kU8;
 
 }  // namespace
 
