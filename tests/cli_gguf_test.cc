@@ -42,7 +42,8 @@ void flatten(const nlohmann::json& v, nlohmann::json& out) {
 }
 
 TEST(CliGguf, InspectListsWhatGgufPyWrote) {
-  for (const auto& [file, want] : expected()["files"].items()) {
+  const auto all = expected();  // held: a range over a temporary's member would dangle
+  for (const auto& [file, want] : all["files"].items()) {
     const auto r = run("inspect --json " + kData + file);
     ASSERT_EQ(r.status, 0) << file << ": " << r.out;
     const auto got = nlohmann::json::parse(r.out);
