@@ -158,14 +158,11 @@ void run_embed_gguf(const EmbedCommand& c, std::ostream& log) {
       throw Error(Status::kCorruptFile, c.weights + ": position_embd.weight must be (D, L) with D = " +
                                             std::to_string(D) + " as token_embd.weight");
     L = p.dims[1];
-    const DType pos_dtype = p.ggml_type == GgmlType::kF32    ? DType::kF32
-                            : p.ggml_type == GgmlType::kF16  ? DType::kF16
-                            : p.ggml_type == GgmlType::kBF16 ? DType::kBF16
-                                                             : DType::kI64;
-    if (pos_dtype == DType::kI64)
+    const std::optional<DType> pos_dtype = ggml_float_dtype(p.ggml_type);
+    if (!pos_dtype)
       refuse(std::string("position_embd.weight is ") + ggml_type_traits(static_cast<int64_t>(p.ggml_type))->name +
              "; a position table must be f32, f16 or bf16");
-    pos.emplace(file.bytes(p.name).data(), pos_dtype, std::initializer_list<int64_t>{L, D});
+    pos.emplace(file.bytes(p.name).data(), *pos_dtype, std::initializer_list<int64_t>{L, D});
   }
   std::vector<float> out;
   try {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string_view>
 
+#include "tokpos/dtype.h"
 #include "tokpos/export.h"
 
 namespace tokpos {
@@ -69,5 +70,8 @@ TOKPOS_API const GgmlTypeTraits* ggml_type_by_name(std::string_view name);
 // Bytes of a row of n elements: nullopt when n < 0, n is not a whole number
 // of blocks, or the byte count overflows size_t.
 TOKPOS_API std::optional<size_t> ggml_row_bytes(const GgmlTypeTraits& traits, int64_t n);
+// The element type of ggml's plain float types (f32, f16, bf16, stored as
+// tokpos stores those dtypes); nullopt for every block type and the rest.
+TOKPOS_API std::optional<DType> ggml_float_dtype(GgmlType type);
 
 }  // namespace tokpos

@@ -52,4 +52,13 @@ std::optional<size_t> ggml_row_bytes(const GgmlTypeTraits& traits, int64_t n) {
   return static_cast<size_t>(blocks) * traits.type_size;
 }
 
+std::optional<DType> ggml_float_dtype(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return DType::kF32;
+    case GgmlType::kF16: return DType::kF16;
+    case GgmlType::kBF16: return DType::kBF16;
+    default: return std::nullopt;
+  }
+}
+
 }  // namespace tokpos

@@ -598,8 +598,7 @@ const GgmlTypeTraits& check_ggml_type(const char* where, int type) {
   const GgmlTypeTraits* tr = ggml_type_traits(type);
   if (tr == nullptr)
     fail(Status::kInvalidArgument, where, "ggml_type ", type, " is not a ggml type; token tables take ", kQuantTypes);
-  const auto t = static_cast<GgmlType>(type);
-  if (t != GgmlType::kF32 && t != GgmlType::kF16 && t != GgmlType::kBF16 && !kernels::is_quant_block_type(type))
+  if (!ggml_float_dtype(tr->type) && !kernels::is_quant_block_type(type))
     fail(Status::kUnimplemented, where, "ggml_type ", type, " (", tr->name, ") is not supported for a token table; ",
          "supported: ", kQuantTypes);
   return *tr;
@@ -623,7 +622,7 @@ View check_quantized(const char* where, const QuantizedTable& q, const GgmlTypeT
 
 // A plain-typed table (f32, f16, bf16) as the float table it is.
 View plain_view(const char* where, View v, const GgmlTypeTraits& tr, int64_t D) {
-  const DType d = tr.type == GgmlType::kF32 ? DType::kF32 : tr.type == GgmlType::kF16 ? DType::kF16 : DType::kBF16;
+  const DType d = *ggml_float_dtype(tr.type);
   const auto es = static_cast<int64_t>(dtype_size(d));
   if (v.numel > 0 && (reinterpret_cast<uintptr_t>(v.data) % es != 0 || (v.shape[0] > 1 && v.strides[0] % es != 0)))
     fail(Status::kInvalidArgument, where, "token_blocks of type ", tr.name, " must have rows aligned to ", es,
