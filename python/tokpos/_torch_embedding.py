@@ -96,6 +96,18 @@ def _dense_gradient(grad, ids, num_weights, padding_idx, scale_grad_by_freq, dty
     return d_weight.to(dtype)
 
 
+def _by_element(apply, info, in_dims, x, ids, options):
+    """vmap of apply(x, ids, *options) as one call per batch element, stacked
+    along dim 0; x and ids are batched along in_dims[0] and in_dims[1] (None:
+    shared by every element)."""
+    xd, idd = in_dims[0], in_dims[1]
+    outs = [
+        apply(x.select(xd, b) if xd is not None else x, ids.select(idd, b) if idd is not None else ids, *options)
+        for b in range(info.batch_size)
+    ]
+    return torch.stack(outs), 0
+
+
 def _save_lookup(ctx, inputs) -> Tensor:
     """What both lookups' backwards read, saved on ctx; returns the ids."""
     weight, ids, padding_idx, scale_grad_by_freq, sparse = inputs
@@ -163,19 +175,8 @@ class _Lookup(torch.autograd.Function):
         return _Lookup.apply(weight_t, ids, ctx.padding_idx, ctx.scale_grad_by_freq, ctx.sparse)
 
     @staticmethod
-    def vmap(info, in_dims, weight, ids, padding_idx, scale_grad_by_freq, sparse):
-        wd, idd = in_dims[0], in_dims[1]
-        outs = [
-            _Lookup.apply(
-                weight.select(wd, b) if wd is not None else weight,
-                ids.select(idd, b) if idd is not None else ids,
-                padding_idx,
-                scale_grad_by_freq,
-                sparse,
-            )
-            for b in range(info.batch_size)
-        ]
-        return torch.stack(outs), 0
+    def vmap(info, in_dims, weight, ids, *options):
+        return _by_element(_Lookup.apply, info, in_dims, weight, ids, options)
 
 
 class _LookupBackward(torch.autograd.Function):
@@ -219,20 +220,8 @@ class _LookupBackward(torch.autograd.Function):
         return _LookupBackward.apply(grad_t, ids, ctx.num_weights, ctx.padding_idx, ctx.scale_grad_by_freq, ctx.dtype)
 
     @staticmethod
-    def vmap(info, in_dims, grad, ids, num_weights, padding_idx, scale_grad_by_freq, dtype):
-        gd, idd = in_dims[0], in_dims[1]
-        outs = [
-            _LookupBackward.apply(
-                grad.select(gd, b) if gd is not None else grad,
-                ids.select(idd, b) if idd is not None else ids,
-                num_weights,
-                padding_idx,
-                scale_grad_by_freq,
-                dtype,
-            )
-            for b in range(info.batch_size)
-        ]
-        return torch.stack(outs), 0
+    def vmap(info, in_dims, grad, ids, *options):
+        return _by_element(_LookupBackward.apply, info, in_dims, grad, ids, options)
 
 
 def _sparse_gradient(grad: Tensor, ids: Tensor, num_weights: int, padding_idx: int, scale_grad_by_freq: bool) -> Tensor:
