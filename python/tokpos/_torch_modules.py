@@ -62,6 +62,8 @@ class TokenEmbedding(nn.Module):
     weight's gradient a sparse COO tensor holding only the touched rows
     (torch.nn.Embedding's sparse=True; not supported under torch.compile).
     An id outside [0, V) raises IndexError naming the id, its (b, t) and V.
+    On a device tokpos has no kernels for (CUDA, MPS, meta) the lookup is
+    torch.nn.functional.embedding on that device, as for tokpos.torch.Embedding.
     """
 
     __module__ = "tokpos.torch"  # pickles and reprs name the public module
@@ -130,7 +132,9 @@ class TokenEmbedding(nn.Module):
         """ids (B, T) -> (B, T, D); ids (N) -> (N, D)."""
         pad = -1 if self.padding_idx is None else self.padding_idx
         weight = self.weight if torch.compiler.is_compiling() else _table(self)
-        if _transformed(weight, ids):  # forward-mode AD and torch.func: Embedding's lookup, the same kernels
+        # forward-mode AD and torch.func: Embedding's lookup, the same kernels;
+        # another device (CUDA, MPS, meta): torch.nn.functional.embedding there.
+        if weight.device.type != "cpu" or ids.device.type != "cpu" or _transformed(weight, ids):
             return _embedding(ids, weight, self.padding_idx, sparse=self.sparse)
         return _compose(ids, weight, None, None, 0, pad, self.sparse, "tokpos.torch.TokenEmbedding")
 

@@ -396,18 +396,38 @@ def _apply_mrope(x, positions, freqs, section, interleaved, layout, rotary_dim, 
     return out
 
 
-def rope_cos_sin(positions, inv_freq, *, layout: str = "half", attention_factor: float = 1.0, dtype: str = "float32"):
+ROPE_ANGLES = ("exact", "float32")
+# A float32 angle is passed to the kernel as position 2^11 times angle / 2^11
+# (exact: a power of two), which keeps the frequency within the kernel's 2^20.
+_ANGLE_POSITION = 2048
+_MAX_FLOAT32_ANGLE = float(_ANGLE_POSITION) * 2.0**20
+
+
+def rope_cos_sin(
+    positions, inv_freq, *, layout: str = "half", attention_factor: float = 1.0, dtype: str = "float32",
+    angle: str = "exact",
+):
     """(cos, sin) as transformers' rotary embedding returns them: shape
     positions.shape + (dim,), dim = 2 * len(inv_freq), with the frequencies
     repeated as the layout pairs them ("half": cat(freqs, freqs);
-    "interleaved": each twice in a row), times attention_factor. The values
-    are the exactly reduced cos and sin rounded to float32 (the ones
-    apply_rope uses), then to dtype (float32, bfloat16 or float16) as
-    transformers' .to(dtype) does. numpy in, numpy out; torch in, torch out."""
+    "interleaved": each twice in a row), times attention_factor, then
+    rounded to dtype (float32, bfloat16 or float16) as transformers'
+    .to(dtype) does. numpy in, numpy out; torch in, torch out.
+
+    angle="exact" (the default): cos and sin of the exactly reduced angle
+    position * inv_freq, times attention_factor, rounded once to float32
+    (the values apply_rope uses). angle="float32": transformers' own
+    arithmetic, for reproducing a transformers model: the angle is
+    float32(position) * float32(inv_freq) rounded to float32 (its float32
+    matmul), cos and sin of that angle are rounded to float32, and the
+    attention factor multiplies them in float32. The float32 angles must be
+    at most 2^31 in magnitude."""
     if layout not in ROPE_LAYOUTS:
         raise ValueError(f"rope_cos_sin: layout = {layout!r} is not one of 'half', 'interleaved'")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"rope_cos_sin: dtype = {dtype!r} is not one of 'float32', 'bfloat16', 'float16'")
+    if angle not in ROPE_ANGLES:
+        raise ValueError(f"rope_cos_sin: angle = {angle!r} is not one of 'exact', 'float32'")
     positions = _tensor(positions, "positions", index=True)
     torch_out = _is_torch(positions) or _is_torch(inv_freq)
     if torch_out and not _is_torch(positions):
@@ -423,14 +443,10 @@ def rope_cos_sin(positions, inv_freq, *, layout: str = "half", attention_factor:
         raise ValueError(f"rope_cos_sin: positions must be (T) or (B, T), got shape {shape}")
     flat = positions.reshape(-1)
     n = int(flat.shape[0])
-    # Pairs (1, 0) rotate into (cos, sin) exactly: the kernel's own values.
-    unit = np.zeros((n, 1, 2 * half), dtype=np.float32)
-    unit[:, :, :half] = 1.0
-    rotated = np.empty_like(unit)
-    _core.apply_rope(
-        rotated, unit, flat, freqs, "half", -1, float(attention_factor), False, "tokpos.rope_cos_sin"
-    )
-    c, s = rotated[:, 0, :half], rotated[:, 0, half:]
+    if angle == "exact":
+        c, s = _unit_rotation(flat, freqs, n, half, float(attention_factor))
+    else:
+        c, s = _float32_angle_rotation(flat, freqs, n, half, float(attention_factor))
     if layout == "half":
         cos, sin = np.concatenate([c, c], axis=-1), np.concatenate([s, s], axis=-1)
     else:
@@ -442,6 +458,40 @@ def rope_cos_sin(positions, inv_freq, *, layout: str = "half", attention_factor:
         cos, sin = torch.from_numpy(cos), torch.from_numpy(sin)
         return cos.to(getattr(torch, dtype)), sin.to(getattr(torch, dtype))
     return cos.astype(dtype), sin.astype(dtype)
+
+
+def _unit_rotation(positions, freqs, n: int, half: int, factor: float):
+    """(cos, sin), each (n, half) float32: pairs (1, 0) rotated by the
+    kernel into (cos, sin) exactly, its own values, times factor."""
+    unit = np.zeros((n, 1, 2 * half), dtype=np.float32)
+    unit[:, :, :half] = 1.0
+    rotated = np.empty_like(unit)
+    _core.apply_rope(rotated, unit, positions, freqs, "half", -1, factor, False, "tokpos.rope_cos_sin")
+    return rotated[:, 0, :half], rotated[:, 0, half:]
+
+
+def _float32_angle_rotation(positions, freqs, n: int, half: int, factor: float):
+    """(cos, sin), each (n, half) float32, as transformers computes them:
+    angle = float32(position) * float32(freq) in float32, its cos and sin
+    rounded to float32 (the kernel's exactly reduced values of that angle),
+    times float32(factor) in float32."""
+    if hasattr(positions, "numpy"):
+        positions = positions.detach().cpu().numpy()
+    angles = np.asarray(positions).astype(np.float32)[:, None] * freqs.astype(np.float32)[None, :]
+    if angles.size and not float(np.max(np.abs(angles))) <= _MAX_FLOAT32_ANGLE:
+        raise ValueError(
+            f"rope_cos_sin: a float32 angle position * inv_freq is {float(np.max(np.abs(angles)))!r}; "
+            "angle='float32' takes angles of magnitude at most 2^31 = 2147483648"
+        )
+    # One token at position 2^11, one frequency per (token, frequency) pair:
+    # 2^11 * (angle / 2^11) is the float32 angle exactly.
+    per_pair = (angles.reshape(-1).astype(np.float64)) / _ANGLE_POSITION
+    c, s = _unit_rotation(np.array([_ANGLE_POSITION], dtype=np.int64), per_pair, 1, n * half, 1.0)
+    c, s = c.reshape(n, half), s.reshape(n, half)
+    if factor != 1.0:
+        f = np.float32(factor)
+        c, s = c * f, s * f
+    return c, s
 
 
 # ---- Multimodal rotary (M-RoPE) ---------------------------------------------------
@@ -469,7 +519,7 @@ def mrope_axes(mrope_section, half: int, *, interleaved: bool = False) -> list[i
 
 def mrope_cos_sin(
     positions, inv_freq, mrope_section, *, interleaved: bool = False, layout: str = "half",
-    attention_factor: float = 1.0, dtype: str = "float32",
+    attention_factor: float = 1.0, dtype: str = "float32", angle: str = "exact",
 ):
     """(cos, sin) of multimodal rotary (M-RoPE) as transformers' Qwen2-VL and
     Qwen3-VL rotary embeddings return them: positions (3, B, T) (temporal,
@@ -478,7 +528,7 @@ def mrope_cos_sin(
     mrope_axes(mrope_section, len(inv_freq), interleaved=...) gives it.
     Shape (B, T, dim), dim = 2 * len(inv_freq), the frequencies repeated as
     layout pairs them; each value is rope_cos_sin's for that axis's
-    position, so the values are the exactly reduced ones rounded once."""
+    position (angle as there: "exact" or transformers' "float32")."""
     positions = _tensor(positions, "positions", index=True)
     shape = tuple(positions.shape)
     if len(shape) == 2:
@@ -490,7 +540,7 @@ def mrope_cos_sin(
     half = _freqs(inv_freq).shape[0]
     axes = mrope_axes(mrope_section, half, interleaved=bool(interleaved))
     column_axes = axes + axes if layout == "half" else [a for a in axes for _ in range(2)]
-    kwargs = dict(layout=layout, attention_factor=attention_factor, dtype=dtype)
+    kwargs = dict(layout=layout, attention_factor=attention_factor, dtype=dtype, angle=angle)
     cos, sin = rope_cos_sin(axes_positions[0], inv_freq, **kwargs)
     for a in (1, 2):
         columns = [j for j, k in enumerate(column_axes) if k == a]

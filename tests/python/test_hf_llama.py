@@ -20,10 +20,10 @@ import tokpos.hf  # noqa: E402
 from tokpos.hf import _llama  # noqa: E402
 
 # The logits' bound: 2e-7, or 4 float32 ulps of the largest logit when that
-# is larger. transformers rounds inv_freq and position * inv_freq to float32
-# before cos and sin; tokpos reduces the exact angle, so the two rotations
-# differ by a few float32 ulps of the angle, which reach the logits as a few
-# ulps of their own size.
+# is larger. The patched rotary takes transformers' float32 angle, but its
+# cos and sin are correctly rounded where torch's float32 cos and sin are
+# within an ulp of that; the ulps reach the logits as a few ulps of their own
+# size (2.09e-7, 3.5 ulps, for Phi-3 here; 0 with torch's own cos and sin).
 LOGITS_ATOL = 2e-7
 
 
@@ -90,6 +90,29 @@ def check_equivalent(plain, patched, config, new_tokens=12):
             got = patched.generate(ids, **kw)
         assert want.shape[1] == ids.shape[1] + new_tokens
         assert torch.equal(got, want)
+
+
+def test_patched_rotary_is_the_rounded_cos_of_transformers_angle():
+    # transformers' rotary: angle = float32 inv_freq @ float32 positions,
+    # then float32 cos and sin (torch's, within an ulp of the rounded value),
+    # times attention_scaling. The patched module gives the correctly rounded
+    # cos and sin of that same float32 angle (computed here in float64 by
+    # torch from tokpos's frequencies rounded to float32).
+    config = config_of("llama", rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 10000.0,
+                                                 "original_max_position_embeddings": 8})
+    plain, patched, _ = pair(config)
+    rotary = patched.model.rotary_emb
+    inv = torch.from_numpy(np.asarray(rotary.rope.inv_freq)).float()
+    positions = torch.tensor([[0, 3, 17, 63], [5, 6, 7, 1000]])
+    cos, sin = rotary(torch.zeros(1, dtype=torch.float32), positions)
+    angle = positions.float()[..., None] * inv
+    angle = torch.cat([angle, angle], dim=-1).double()
+    scaling = torch.tensor(rotary.attention_scaling, dtype=torch.float32)
+    assert torch.equal(cos, torch.cos(angle).float() * scaling)
+    assert torch.equal(sin, torch.sin(angle).float() * scaling)
+    want_cos, _ = plain.model.rotary_emb(torch.zeros(1, dtype=torch.float32), positions)
+    # Against transformers' own values: an ulp of its cos, another of its frequencies.
+    assert float((cos - want_cos).abs().max()) <= 2 * float(np.spacing(np.float32(want_cos.abs().max())))
 
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "granite", "stablelm"]

@@ -233,6 +233,39 @@ def test_cos_sin_match_llama_rotary_embedding(rope_type):
         torch.testing.assert_close(sin, want_sin, rtol=0, atol=tol)
 
 
+@pytest.mark.parametrize("factor", [1.0, 0.1 * np.log(4.0) + 1.0])
+def test_float32_angle_is_transformers_arithmetic(factor):
+    # angle="float32": float32(position) * float32(inv_freq) rounded to
+    # float32, then cos and sin of that angle rounded once (here by numpy's
+    # float64 cos, an independent reference), times the factor in float32.
+    inv = np.array(tokpos.rope_frequencies(HEAD_DIM, base=10000.0)[0])
+    positions = np.array([[0, 1, 7, 100, 4095], [65535, 1 << 20, (1 << 24) + 3, 3, 9]], dtype=np.int64)
+    cos, sin = tokpos.rope_cos_sin(positions, inv, attention_factor=factor, angle="float32")
+    angle = positions.astype(np.float32)[..., None] * inv.astype(np.float32)
+    f = np.float32(factor)
+    want_c = np.cos(angle.astype(np.float64)).astype(np.float32) * f
+    want_s = np.sin(angle.astype(np.float64)).astype(np.float32) * f
+    half = inv.shape[0]
+    np.testing.assert_array_equal(cos, np.concatenate([want_c, want_c], axis=-1))
+    np.testing.assert_array_equal(sin, np.concatenate([want_s, want_s], axis=-1))
+    # The exact angle differs from the float32 one at large positions.
+    exact, _ = tokpos.rope_cos_sin(positions, inv, attention_factor=factor)
+    assert not np.array_equal(exact[..., :half], cos[..., :half])
+    # torch in, torch out, the same values.
+    tc, ts = tokpos.rope_cos_sin(torch.from_numpy(positions), inv, attention_factor=factor, angle="float32")
+    np.testing.assert_array_equal(tc.numpy(), cos)
+    np.testing.assert_array_equal(ts.numpy(), sin)
+
+
+def test_float32_angle_limits_are_named():
+    with pytest.raises(ValueError, match="angle = 'f32' is not one of 'exact', 'float32'"):
+        tokpos.rope_cos_sin([1], [1.0], angle="f32")
+    with pytest.raises(ValueError, match="at most 2\\^31"):
+        tokpos.rope_cos_sin([(1 << 31) - 1], [4.0], angle="float32")
+    cos, _ = tokpos.rope_cos_sin([(1 << 31) - 1], [1.0], angle="float32")
+    assert cos[0, 0] == np.float32(np.cos(np.float64(np.float32((1 << 31) - 1))))
+
+
 def test_rope_dict_errors_name_the_value():
     with pytest.raises(ValueError, match=r"int\(10 \* 0.3\) = 3, which must be even"):
         tokpos.rope_frequencies(10, scaling={"rope_type": "default", "partial_rotary_factor": 0.3})

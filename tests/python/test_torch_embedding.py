@@ -554,6 +554,18 @@ def test_token_embedding_takes_float64_and_every_autograd_mode():
     assert torch.autograd.gradcheck(call(ours), (x,), check_forward_ad=True)
 
 
+def test_token_embedding_on_another_device_goes_to_torch():
+    # The lesson's module hands a device tokpos has no kernels for to
+    # torch.nn.functional.embedding, as Embedding does; the meta device
+    # stands in for CUDA and MPS. On the CPU it is tokpos's own lookup.
+    m = tt.TokenEmbedding(V, D, padding_idx=2, sparse=True)
+    cpu_ids = ids_of((2, 3))
+    same_bits(m(cpu_ids), F.embedding(cpu_ids, m.weight, padding_idx=2))
+    m = m.to("meta")
+    out = m(torch.zeros((2, 3, 4), dtype=torch.int64, device="meta"))
+    assert out.device.type == "meta" and out.shape == (2, 3, 4, D)
+
+
 @pytest.mark.parametrize("padding_idx", [None, 2])
 def test_token_embedding_double_backward_matches_torch(padding_idx):
     w = torch.randn(V, D, dtype=torch.float64)

@@ -8,9 +8,10 @@ q and k with them (apply_rotary_pos_emb, partial rotary included). patch
 puts in its place a HFRotary, which returns the same pair from tokpos:
 tokpos.torch.RotaryEmbedding.from_config(module.config) (every rope_type,
 partial rotary, dynamic NTK with transformers' keep-the-longest state) and
-tokpos.rope_cos_sin (the exactly reduced angle's cos and sin, rounded once
-to float32), times the module's own attention_scaling, then to x's dtype as
-transformers does. The attention and its application of cos and sin stay
+tokpos.rope_cos_sin with angle="float32" (transformers' float32 angle
+position * inv_freq, whose cos and sin the kernel reduces exactly and rounds
+to float32), times the module's own attention_scaling in float32, then to
+x's dtype, as transformers does. The attention and its application of cos and sin stay
 the model's own.
 
 The multimodal rotary of Qwen2-VL's text model (and of the models that run
@@ -62,10 +63,11 @@ class HFRotary(nn.Module):
         inv_freq, _ = rope._frequencies(seq_len, "tokpos.hf rotary")
         inv_freq = inv_freq.cpu()  # tokpos computes on the CPU; cos and sin then go to x's device
         if rope.mrope_section is None:
-            cos, sin = _rope.rope_cos_sin(positions, inv_freq, attention_factor=scaling)
+            cos, sin = _rope.rope_cos_sin(positions, inv_freq, attention_factor=scaling, angle="float32")
         else:
             cos, sin = _rope.mrope_cos_sin(
                 positions, inv_freq, rope.mrope_section, interleaved=rope.mrope_interleaved, attention_factor=scaling,
+                angle="float32",
             )
         return cos.to(device=x.device, dtype=x.dtype), sin.to(device=x.device, dtype=x.dtype)
 
