@@ -33,6 +33,7 @@
 #include "common/convert.h"
 #include "common/rope_angle.h"
 #include "kernels/kernels.h"
+#include "kernels/cpu/cpu_common.h"
 #include "test_util.h"
 #include "tokpos/dtype.h"
 #include "tokpos/threading.h"
@@ -787,6 +788,41 @@ TEST(Kernels, BackwardAddsFewSourcesOneAtATime) {
     }
 }
 
+// A decode step's backward, split over the team in channel slices or not
+// (set_decode_team_bytes), gives the reference's bits: every element summed
+// in (b, t) order. D = 200 splits off the 16-float lines; rows repeat.
+TEST(Kernels, DecodeStepBackwardBitsDoNotDependOnTheTeam) {
+  namespace cpu = tokpos::kernels::cpu;
+  const int64_t D = 200, V = 9, L = 4;
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{16, 1}, {4, 4}, {1, 7}}) {
+    const int64_t N = B * T;
+    std::vector<int64_t> rows(static_cast<size_t>(N)), positions(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) {
+      rows[i] = i % 3 == 2 ? -1 : (i * 5) % V;  // -1: a padding row, no gradient
+      positions[i] = i % T % L;
+    }
+    const kn::RowGroups tok_groups = kn::group_rows(rows.data(), N, V);
+    const kn::RowGroups pos_groups = kn::group_rows(positions.data(), N, L);
+    const auto src = wide_noise(static_cast<size_t>(N * D), 61);
+    const kn::Source source{src.data(), T * D, D, B, T, D};
+    std::vector<float> want_a(V * D, 0.5f), want_b(L * D, -0.25f);
+    kn::reference_kernels().index_add_rows(target(want_a, D, rows, tok_groups, V),
+                                           target(want_b, D, positions, pos_groups, L), source, {});
+    for (const int64_t team_bytes : {int64_t{1}, int64_t{-1}, int64_t{1} << 40, int64_t{0}}) {
+      cpu::set_decode_team_bytes(team_bytes);
+      for (const kn::KernelTable* be : kn::backends())
+        for (const int threads : kThreadCounts) {
+          std::vector<float> a(V * D, 0.5f), b(L * D, -0.25f);
+          be->index_add_rows(target(a, D, rows, tok_groups, V), target(b, D, positions, pos_groups, L), source,
+                             {.threads = threads});
+          EXPECT_TRUE(agrees(*be, want_a, a) && agrees(*be, want_b, b))
+              << be->name << " B " << B << " T " << T << " threads " << threads << " team bytes " << team_bytes;
+        }
+    }
+  }
+  cpu::set_decode_team_bytes(-1);
+}
+
 // ---- float64 ------------------------------------------------------------------------
 
 bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
@@ -1500,11 +1536,15 @@ void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
   const Ids id_view = make_ids(ids, B, T, Layout::kContiguous, DType::kI64, 0);
   const Ids pos_view = make_ids(pos_ids, B, T, Layout::kContiguous, DType::kI64, 0);
   const auto& ref = kn::reference_kernels();
-  const int64_t settings[][2] = {  // {prefetch bytes, position tile bytes}
-      {0, 0}, {1, 1}, {-1, -1}, {int64_t{1} << 40, 1000}, {-1, 0}, {0, 1}};
+  // {prefetch bytes, position tile bytes, decode team bytes}: 1 splits every
+  // decode step over the team, 2^40 and 0 none.
+  const int64_t settings[][3] = {{0, 0, -1},  {1, 1, -1}, {-1, -1, -1}, {int64_t{1} << 40, 1000, -1},
+                                 {-1, 0, -1}, {0, 1, -1}, {-1, -1, 1},  {0, 1, 1},
+                                 {-1, -1, int64_t{1} << 40}, {-1, -1, 0}};
   for (const auto& setting : settings) {
     cpu::set_prefetch_bytes(setting[0]);
     cpu::set_position_tile_bytes(setting[1]);
+    cpu::set_decode_team_bytes(setting[2]);
     for (const bool with_pos_ids : {false, true})
       for (const DType te : kFloatTypes)
         for (const DType pe : kFloatTypes)
@@ -1530,6 +1570,7 @@ void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
                   be->compose_forward(g, {.threads = threads, .stream_min_bytes = stream});
                   EXPECT_TRUE(agrees(*be, want.data(), got.data(), static_cast<size_t>(N * D), oe))
                       << "prefetch bytes " << setting[0] << ", position tile bytes " << setting[1]
+                      << ", decode team bytes " << setting[2]
                       << ", position ids " << with_pos_ids << ", token " << tokpos::dtype_name(te)
                       << " position " << tokpos::dtype_name(pe) << " out " << tokpos::dtype_name(oe)
                       << ", threads " << threads << " streamed " << (stream == kAlwaysStream)
@@ -1539,6 +1580,7 @@ void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
   }
   cpu::set_prefetch_bytes(-1);
   cpu::set_position_tile_bytes(-1);
+  cpu::set_decode_team_bytes(-1);
 }
 
 // More than kDecodeTokens tokens (rows prefetched a distance ahead, position
@@ -1549,6 +1591,27 @@ TEST(Kernels, ForwardBitsDoNotDependOnPrefetchOrVisitingOrder) {
   expect_forward_bits_under_every_setting(3, 41);
   expect_forward_bits_under_every_setting(2, 5);
   expect_forward_bits_under_every_setting(1, 16);
+}
+
+TEST(Kernels, DecodeTeamInBytes) {
+  namespace cpu = tokpos::kernels::cpu;
+  const kn::Exec two{.threads = 2}, seven{.threads = 7};
+  cpu::set_decode_team_bytes(-1);
+  if (std::getenv("TOKPOS_DECODE_TEAM_BYTES") == nullptr) {
+    EXPECT_EQ(cpu::decode_team_bytes(), 0);  // the documented default: a decode step is never split
+    EXPECT_EQ(cpu::threads_for_tokens(two, 16, int64_t{1} << 30, 1 << 30), 1);
+  }
+  cpu::set_decode_team_bytes(64 << 10);
+  EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 4096 * 4, 16 * 4096), 2);  // Llama width, float32
+  EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 768 * 4, 16 * 768), 1);    // GPT-2 width: 48 KiB
+  EXPECT_EQ(cpu::threads_for_tokens(seven, 16, 16 * 4096 * 4, 16 * 4096), 4);
+  EXPECT_EQ(cpu::threads_for_tokens(seven, 3, int64_t{1} << 30, 1 << 30), 3);  // at most one a token
+  EXPECT_EQ(cpu::threads_for_tokens({.threads = 1}, 16, int64_t{1} << 30, 1 << 30), 1);
+  // Past a decode step, threads_for's rule.
+  EXPECT_EQ(cpu::threads_for_tokens(two, 17, 17 * 4096 * 4, 17 * 4096), kn::threads_for(two, 17 * 4096));
+  cpu::set_decode_team_bytes(0);
+  EXPECT_EQ(cpu::threads_for_tokens(two, 16, int64_t{1} << 30, 1 << 30), 1);  // 0: never split
+  cpu::set_decode_team_bytes(-1);
 }
 
 TEST(Kernels, PrefetchDistanceInBytes) {

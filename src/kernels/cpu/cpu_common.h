@@ -20,7 +20,7 @@ namespace tokpos::kernels::cpu {
 #define TOKPOS_KERNEL_CLONES
 #endif
 
-inline constexpr int64_t kDecodeTokens = 16;  // at most this many tokens: no threading at all
+inline constexpr int64_t kDecodeTokens = 16;  // at most this many tokens: a decode step (see decode_team)
 inline constexpr int64_t kPrefetchAhead = 8;  // rows ahead, for the BERT forward and the backward
 
 // The forward prefetches the token row of the token this many bytes of rows
@@ -71,9 +71,45 @@ inline void prefetch_pages(const void* row, int64_t bytes) {
   if (bytes > 0) __builtin_prefetch(p + bytes - 1, 0, 1);
 }
 
+// A decode step (at most kDecodeTokens tokens) stays on the calling thread
+// unless this is set: then it is split over the team when each thread gets
+// at least this many bytes of rows to write (the forward) or to read (the
+// backward). A team that is already spinning (called back to back, or from
+// an engine whose other ops run on the same OpenMP runtime) takes a 16-token
+// step at D = 4096 in 0.6-0.8 of one thread's time; a team that has gone to
+// sleep costs a wake-up, far more than the step (docs/design.md,
+// "Threading"). TOKPOS_DECODE_TEAM_BYTES sets it at the first use,
+// set_decode_team_bytes at run time (< 0: back to the default, 0: never).
+// The split never changes a result.
+inline detail::BytesSetting g_decode_team_bytes{"TOKPOS_DECODE_TEAM_BYTES", [] { return int64_t{0}; }};
+inline int64_t decode_team_bytes() { return g_decode_team_bytes.get(); }
+inline void set_decode_team_bytes(int64_t bytes) { g_decode_team_bytes.set(bytes); }
+// Threads for N tokens whose rows are `bytes` bytes in all and whose work is
+// `work` (threads_for's measure): threads_for's rule, except that a decode
+// step takes one thread per decode_team_bytes, at most one per token.
+inline int threads_for_tokens(const Exec& ex, int64_t N, int64_t bytes, int64_t work) {
+  if (N > kDecodeTokens) return threads_for(ex, work);
+  const int64_t per = decode_team_bytes();
+  if (per == 0) return 1;
+  return static_cast<int>(std::clamp<int64_t>(bytes / per, 1, std::min<int64_t>(std::max(ex.threads, 1), N)));
+}
+
 // Calls rows(n0, n1) over all N tokens: once, with no OpenMP region at all,
-// for a decode step or little `work`; else one contiguous token range per
-// thread, so each thread streams its own part of the output.
+// for one thread (a small decode step, or little `work`); else one contiguous
+// token range per thread, so each thread streams its own part of the output.
+// row_bytes: the bytes written per token.
+template <typename RowsFn>
+void over_token_ranges(const Exec& ex, int64_t N, int64_t work, int64_t row_bytes, RowsFn&& rows) {
+  const int nt = threads_for_tokens(ex, N, N * row_bytes, work);
+  if (nt == 1) return rows(int64_t{0}, N);
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
+    rows(N * k / team, N * (k + 1) / team);
+  }
+}
+
+// The same with a decode step always on the calling thread.
 template <typename RowsFn>
 void over_token_ranges(const Exec& ex, int64_t N, int64_t work, RowsFn&& rows) {
   const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, work);

@@ -288,7 +288,7 @@ inline constexpr int64_t kMinSlice = 64;
 // channels are too few for the team (the grouped scatter threads over rows).
 bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex, Workspace& ws) {
   const int64_t N = src.B * src.T, D = src.D;
-  const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, N * D);
+  const int nt = threads_for_tokens(ex, N, N * D * static_cast<int64_t>(sizeof(float)), N * D);
   if (nt > 1 && D < kMinSlice * nt) return false;
   if (!at_most_a_block(a, N, D, ws) || !at_most_a_block(b, N, D, ws)) return false;
   if (nt == 1) {
