@@ -61,12 +61,13 @@ __attribute__((always_inline)) inline void emit(Out* __restrict o, float* __rest
   for (int j = 0; j < kN; ++j) o[j] = to_out<Out>(y[j]);
 }
 
-// Without positions and streaming, the types whose blocks are dequantized
-// into the block buffer y and then stored, rather than stored as each value
-// comes: Q4_0 and Q4_1, whose loops write elements j and j + 16 in turn. At a
-// decode step (D 4096, Zen 4) the buffer took Q4_1 from 1.9x the f32
-// forward's time to 0.84x and Q4_0 from 1.0x to 0.75x, and made Q5_0, Q5_1,
-// Q2_K and Q3_K slower (docs/gguf.md, "Speed"). The same bits either way.
+// Where no position row is added and the output is not streamed, the types
+// whose blocks are dequantized into the block buffer y and then stored,
+// rather than stored as each value comes: Q4_0 and Q4_1, whose loops write
+// elements j and j + 16 in turn. At a decode step (D 4096, Zen 4) the buffer
+// took Q4_1 from about 2x the f32 forward's time to under 0.9x and Q4_0 from
+// about 1x to 0.8x, and made Q5_0, Q5_1, Q2_K and Q3_K slower (docs/gguf.md,
+// "Speed"). The same bits either way.
 template <GgmlType kType>
 constexpr bool kRowsViaBuffer = kType == GgmlType::kQ4_0 || kType == GgmlType::kQ4_1;
 
