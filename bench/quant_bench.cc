@@ -25,7 +25,8 @@
 // threads 1 and 2. In every repetition the four lines run once each, in an
 // order that rotates, and each call reads its own fresh random ids, so no
 // line finds rows another has just pulled into the cache, and a slow moment
-// on a shared machine hits all four alike. Medians after one warm-up call.
+// on a shared machine hits all four alike. Medians (and 90th percentiles of
+// tokpos and the plain loop) after one warm-up call.
 //
 // Built with -O3 -march=native and OpenMP, as the peers in bench/peers.cc;
 // -ffp-contract=off (tokpos_flags) keeps the plain loop's q*d + m from
@@ -551,6 +552,13 @@ double median_of(std::vector<double> v) {
   return v.empty() ? 0.0 : (v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]));
 }
 
+// The 90th percentile (nearest rank): the tail a slow moment leaves.
+double p90_of(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[(v.size() * 9 + 9) / 10 - 1];
+}
+
 std::string fmt_time(double s) {
   char buf[32];
   if (s < 1e-3)
@@ -571,6 +579,7 @@ struct Result {
   int threads;
   std::string type;
   double wall[4];  // medians, seconds: quant, f32, copy, plain
+  double p90[4];   // 90th percentiles of the same
   double cpu[4];   // the calling thread's CPU time (1 thread only: all four run on it)
   size_t out_bytes;
 };
@@ -718,8 +727,9 @@ int run(int argc, char** argv) {
           for (int line = 0; line < 4; ++line) run(line, false);
           for (int r = 0; r < r_count; ++r)
             for (int k = 0; k < 4; ++k) run((r + k) % 4, true);
-          Result res{s.name, with_pos, threads, c.name, {}, {}, out_bytes};
-          for (int k = 0; k < 4; ++k) res.wall[k] = median_of(t[k]), res.cpu[k] = median_of(u[k]);
+          Result res{s.name, with_pos, threads, c.name, {}, {}, {}, out_bytes};
+          for (int k = 0; k < 4; ++k)
+            res.wall[k] = median_of(t[k]), res.p90[k] = p90_of(t[k]), res.cpu[k] = median_of(u[k]);
           results.push_back(res);
         }
       }
@@ -736,8 +746,8 @@ int run(int argc, char** argv) {
                     static_cast<long long>(s.B), static_cast<long long>(s.T),
                     with_pos ? "f32 position table added" : "no position table (token rows only)", threads,
                     threads == 1 ? "" : "s", s.T == 1 ? 5 * reps : reps);
-        std::printf("  %-5s %10s %7s %10s %6s %10s %6s %10s %6s", "type", "tokpos", "GB/s", "f32 fwd", "/f32",
-                    "copy", "/copy", "plain", "/plain");
+        std::printf("  %-5s %10s %7s %10s %6s %10s %6s %10s %6s | %10s %10s %6s", "type", "tokpos", "GB/s", "f32 fwd",
+                    "/f32", "copy", "/copy", "plain", "/plain", "p90 tokpos", "p90 plain", "/plain");
         if (threads == 1) std::printf(" | %10s %6s %6s %6s", "cpu tokpos", "/f32", "/copy", "/plain");
         std::printf("\n");
         for (const Result& r : results) {
@@ -747,6 +757,8 @@ int run(int argc, char** argv) {
                       fmt_time(w[0]).c_str(), static_cast<double>(r.out_bytes) / w[0] * 1e-9,
                       fmt_time(w[1]).c_str(), w[0] / w[1], fmt_time(w[2]).c_str(), w[0] / w[2],
                       fmt_time(w[3]).c_str(), w[0] / w[3]);
+          std::printf(" | %10s %10s %5.2fx", fmt_time(r.p90[0]).c_str(), fmt_time(r.p90[3]).c_str(),
+                      r.p90[0] / r.p90[3]);
           if (threads == 1) {
             const double* u = r.cpu;
             std::printf(" | %10s %5.2fx %5.2fx %5.2fx", fmt_time(u[0]).c_str(), u[0] / u[1], u[0] / u[2],
@@ -758,8 +770,9 @@ int run(int argc, char** argv) {
       }
   std::printf(
       "Ratios are tokpos's quantized forward / the line's median, from the same run (below 1: tokpos "
-      "faster). GB/s: output bytes / tokpos's wall median. cpu (1 thread): the same from the thread's CPU "
-      "time, which leaves out the time other processes held the core.\n\n");
+      "faster). GB/s: output bytes / tokpos's wall median. p90: the 90th percentile of the wall times of "
+      "tokpos and the plain loop. cpu (1 thread): the same from the thread's CPU time, which leaves out the "
+      "time other processes held the core.\n\n");
 
   std::printf("Table memory, V %lld x D %lld\n  %-5s %12s %9s %9s\n", static_cast<long long>(V),
               static_cast<long long>(D), "type", "MiB", "of f32", "bits/wt");

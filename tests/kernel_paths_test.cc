@@ -3,8 +3,8 @@
 //  - the backward without a grouping (one pass in (b, t) order, or channel
 //    slices per thread) where no row has more than kRowBlock sources, with
 //    the grouping made on demand only where a row has more;
-//  - the forward of f16 tables with a position table, whose f16 rows are
-//    widened by the conversion instruction where the CPU has it.
+//  - the forward of f16 tables, whose f16 rows are widened by the conversion
+//    instruction where the CPU has it (repaired where no position row is added).
 #include <gtest/gtest.h>
 
 #include <bit>

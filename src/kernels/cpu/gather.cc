@@ -67,8 +67,9 @@ __attribute__((always_inline)) inline f32x16 load16(const f16_t* p) {
 // binary16 -> float by the conversion instruction (vcvtph2ps, part of
 // AVX-512F), for the functions compiled for AVX-512F only (gather_range_f16).
 // Its bits equal fp::f16_bits_to_f32's except that it quiets a signalling NaN
-// (fp's keeps it signalling); the sum of two rows quiets it anyway, so the
-// forward uses it only where every element is such a sum (a position table).
+// (fp's keeps it signalling): where every element is a sum of two rows, which
+// quiets it anyway, it is used as it is; a token row alone goes through
+// load16_exact.
 // (Inline assembly, not the intrinsic: the intrinsic may only be inlined into
 // functions compiled for AVX-512F, and this one reaches gather_range_f16 only
 // through the templates shared with every clone.)
@@ -86,11 +87,24 @@ inline f32x16 load16_by_instruction(const f16_t* p) {
   return load16(p);
 }
 #endif
-// A row of either table, widened: kByInstruction uses the instruction for f16.
-template <bool kByInstruction, typename T>
+// The instruction's bits made fp::f16_bits_to_f32's: in a NaN lane
+// (exponent all ones, mantissa nonzero) the instruction sets bit 22, the
+// formula copies the input's bit 9 there, so bit 22 is cleared where bit 9 is
+// clear (a signalling NaN stays signalling). Only an f32 output sees the
+// difference (a 16-bit output's rounding quiets every NaN), and
+// KernelPaths.F16ForwardMatchesReferenceOnEveryValue checks every f16 value.
+__attribute__((always_inline)) inline f32x16 load16_exact(const f16_t* p) {
+  const u32x16 h = load16_bits(&p->bits);
+  const u32x16 v = std::bit_cast<u32x16>(load16_by_instruction(p));
+  const auto nan = (u32x16)((h & 0x7fffu) > 0x7c00u);  // all ones in a NaN lane
+  return std::bit_cast<f32x16>(v & ~(nan & ~(h << 13) & 0x400000u));
+}
+// A row of either table, widened: kByInstruction uses the instruction for f16,
+// as it is where the row is added to another (kSum), else repaired.
+template <bool kByInstruction, typename T, bool kSum = true>
 __attribute__((always_inline)) inline f32x16 widen16(const T* p) {
   if constexpr (kByInstruction && std::is_same_v<T, f16_t>) {
-    return load16_by_instruction(p);
+    return kSum ? load16_by_instruction(p) : load16_exact(p);
   } else {
     return load16(p);
   }
@@ -159,19 +173,23 @@ __attribute__((always_inline)) inline void row_sum_stream(Out* out, const Tok* w
   row_sum(out, wte, wpe, head);
   int64_t d = head;
   if (wpe == nullptr) {
-    for (; d + 16 <= D; d += 16) stream16(out + d, load16(wte + d));
+    for (; d + 16 <= D; d += 16) stream16(out + d, widen16<kByInstruction, Tok, false>(wte + d));
   } else {
     for (; d + 16 <= D; d += 16) stream16(out + d, widen16<kByInstruction>(wte + d) + widen16<kByInstruction>(wpe + d));
   }
   row_sum(out + d, wte + d, wpe == nullptr ? nullptr : wpe + d, D - d);
 }
 
-// row_sum of a token row and a position row in 16-element vectors with
-// plain stores (kByInstruction: f16 widened by the instruction), the rest
-// element by element.
+// row_sum in 16-element vectors with plain stores (kByInstruction: f16
+// widened by the instruction), the rest element by element.
 template <typename Tok, typename Pos, typename Out, bool kByInstruction>
 __attribute__((always_inline)) inline void row_sum16(Out* out, const Tok* wte, const Pos* wpe, int64_t D) {
   int64_t d = 0;
+  if (wpe == nullptr) {
+    for (; d + 16 <= D; d += 16) store16(out + d, widen16<kByInstruction, Tok, false>(wte + d));
+    row_sum(out + d, wte + d, wpe, D - d);
+    return;
+  }
   for (; d + 16 <= D; d += 16) store16(out + d, widen16<kByInstruction>(wte + d) + widen16<kByInstruction>(wpe + d));
   row_sum(out + d, wte + d, wpe + d, D - d);
 }
@@ -270,7 +288,7 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
       outside_row<Pos, Out>(o, wpe_p, D);
     } else if constexpr (kStream) {
       row_sum_stream<Tok, Pos, Out, kByInstruction>(o, tok + ix * ts, wpe_p, D);
-    } else if (kByInstruction && wpe_p != nullptr) {
+    } else if (kByInstruction) {
       row_sum16<Tok, Pos, Out, kByInstruction>(o, tok + ix * ts, wpe_p, D);
     } else {
       row_sum(o, tok + ix * ts, wpe_p, D);
@@ -314,9 +332,9 @@ void gather_range(const Gather& g, int64_t n0, int64_t n1, bool stream) {
   }
 }
 
-// A table in f16 with a position table, on a CPU with AVX-512F: the f16 rows
-// widened by the instruction, a few operations for 16 elements where the bit
-// formula takes a few per element (the same bits: every element is a sum).
+// A table in f16 (a token table, or a position table that is added), on a
+// CPU with AVX-512F: the f16 rows widened by the instruction (the same bits:
+// in a sum as it is, a token row alone repaired by load16_exact).
 #ifdef TOKPOS_F16_INSTRUCTION
 __attribute__((target("avx512f")))
 #endif
@@ -374,7 +392,7 @@ void compose_forward(const Gather& g, const Exec& ex) {
   }
   const auto out_bytes = static_cast<int64_t>(N * g.D * static_cast<int64_t>(dtype_size(g.out.type)));
   const bool stream = N > kDecodeTokens && out_bytes >= ex.stream_min_bytes;
-  const bool f16 = (g.tok.type == DType::kF16 || g.pos.type == DType::kF16) && g.pos.data != nullptr;
+  const bool f16 = g.tok.type == DType::kF16 || (g.pos.type == DType::kF16 && g.pos.data != nullptr);
   const int64_t row_bytes = g.D * static_cast<int64_t>(dtype_size(g.out.type));
   if (f16 && has_avx512f()) {
     over_token_ranges(ex, N, N * g.D, row_bytes,

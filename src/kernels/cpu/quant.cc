@@ -61,6 +61,16 @@ __attribute__((always_inline)) inline void emit(Out* __restrict o, float* __rest
   for (int j = 0; j < kN; ++j) o[j] = to_out<Out>(y[j]);
 }
 
+// Where no position row is added and the output is not streamed, the types
+// whose blocks are dequantized into the block buffer y and then stored,
+// rather than stored as each value comes: Q4_0 and Q4_1, whose loops write
+// elements j and j + 16 in turn. At a decode step (D 4096, Zen 4) the buffer
+// took Q4_1 from about 2x the f32 forward's time to under 0.9x and Q4_0 from
+// about 1x to 0.8x, and made Q5_0, Q5_1, Q2_K and Q3_K slower (docs/gguf.md,
+// "Speed"). The same bits either way.
+template <GgmlType kType>
+constexpr bool kRowsViaBuffer = kType == GgmlType::kQ4_0 || kType == GgmlType::kQ4_1;
+
 // Tokens [n0, n1) of a table of type kType.
 template <GgmlType kType, typename Pos, typename Out>
 __attribute__((always_inline)) inline void rows(const QuantGather& q, int64_t n0, int64_t n1, bool stream) {
@@ -111,6 +121,11 @@ __attribute__((always_inline)) inline void rows(const QuantGather& q, int64_t n0
         Out* __restrict ok = o + k * kN;
         const Pos* __restrict pk = p + k * kN;
         Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { ok[j] = to_out<Out>(v + fp::to_f32(pk[j])); });
+      }
+    } else if constexpr (kRowsViaBuffer<kType>) {
+      for (int64_t k = 0; k < nblocks; ++k) {
+        Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { y[j] = v; });
+        emit<Pos, Out, kN>(o + k * kN, y, nullptr, false);
       }
     } else {
       for (int64_t k = 0; k < nblocks; ++k) {
