@@ -261,11 +261,10 @@ def _composer():
 
 def _meta_calls():
     ids, pids = torch.tensor([[1, 2]]), torch.tensor([[0, 1]])
-    emb, learned, composer = tt.TokenEmbedding(6, 4, seed=1), tt.LearnedPositionalEmbedding(5, 4), _composer()
+    learned, composer = tt.LearnedPositionalEmbedding(5, 4), _composer()
     rope = tt.RotaryEmbedding(4)
     x = torch.zeros(1, 2, 1, 4)
     return {
-        "TokenEmbedding ids": (lambda: emb(ids.to(META)), "ids"),
         "LearnedPositionalEmbedding positions": (lambda: learned(pids.to(META)), "ids"),
         "EmbeddingComposer ids": (lambda: composer(ids.to(META)), "ids"),
         "EmbeddingComposer position_ids": (lambda: composer(ids, position_ids=pids.to(META)), "position_ids"),
@@ -293,11 +292,21 @@ def test_meta_tensors_are_refused_by_name(case, grad):
 
 
 def test_a_module_moved_to_meta_is_refused_by_name():
-    emb = tt.TokenEmbedding(6, 4).to(META)
+    learned = tt.LearnedPositionalEmbedding(5, 4).to(META)
     for grad in (False, True):
         with torch.set_grad_enabled(grad), pytest.raises(ValueError) as e:
-            emb(torch.tensor([[1, 2]]))
-        _named_device_error(e.value, "token_table")
+            learned(torch.tensor([[0, 1]]))
+        _named_device_error(e.value, "pos_table")
+
+
+def test_token_embedding_on_meta_is_torch_embedding():
+    # TokenEmbedding, like Embedding, hands a device tokpos has no kernels
+    # for to torch.nn.functional.embedding: shapes propagate as torch's do.
+    emb = tt.TokenEmbedding(6, 4).to(META)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            out = emb(torch.tensor([[1, 2]], device=META))
+        assert out.device.type == "meta" and out.shape == (1, 2, 4)
 
 
 def test_the_ops_refuse_meta_tensors_by_name():
