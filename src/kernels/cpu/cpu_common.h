@@ -20,7 +20,7 @@ namespace tokpos::kernels::cpu {
 #define TOKPOS_KERNEL_CLONES
 #endif
 
-inline constexpr int64_t kDecodeTokens = 16;  // at most this many tokens: a decode step (see decode_team)
+inline constexpr int64_t kDecodeTokens = 16;  // at most this many tokens: a decode step (threads_for_tokens)
 inline constexpr int64_t kPrefetchAhead = 8;  // rows ahead, for the BERT forward and the backward
 
 // The forward prefetches the token row of the token this many bytes of rows
@@ -94,13 +94,11 @@ inline int threads_for_tokens(const Exec& ex, int64_t N, int64_t bytes, int64_t 
   return static_cast<int>(std::clamp<int64_t>(bytes / per, 1, std::min<int64_t>(std::max(ex.threads, 1), N)));
 }
 
-// Calls rows(n0, n1) over all N tokens: once, with no OpenMP region at all,
-// for one thread (a small decode step, or little `work`); else one contiguous
-// token range per thread, so each thread streams its own part of the output.
-// row_bytes: the bytes written per token.
+// Calls rows(n0, n1) over all N tokens on nt threads: once, with no OpenMP
+// region at all, for one thread; else one contiguous token range per thread,
+// so each thread streams its own part of the output.
 template <typename RowsFn>
-void over_token_ranges(const Exec& ex, int64_t N, int64_t work, int64_t row_bytes, RowsFn&& rows) {
-  const int nt = threads_for_tokens(ex, N, N * row_bytes, work);
+void over_token_ranges_on(int nt, int64_t N, RowsFn&& rows) {
   if (nt == 1) return rows(int64_t{0}, N);
 #pragma omp parallel num_threads(nt)
   {
@@ -109,16 +107,16 @@ void over_token_ranges(const Exec& ex, int64_t N, int64_t work, int64_t row_byte
   }
 }
 
+// Over threads_for_tokens' team (row_bytes: the bytes written per token).
+template <typename RowsFn>
+void over_token_ranges(const Exec& ex, int64_t N, int64_t work, int64_t row_bytes, RowsFn&& rows) {
+  over_token_ranges_on(threads_for_tokens(ex, N, N * row_bytes, work), N, rows);
+}
+
 // The same with a decode step always on the calling thread.
 template <typename RowsFn>
 void over_token_ranges(const Exec& ex, int64_t N, int64_t work, RowsFn&& rows) {
-  const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, work);
-  if (nt == 1) return rows(int64_t{0}, N);
-#pragma omp parallel num_threads(nt)
-  {
-    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
-    rows(N * k / team, N * (k + 1) / team);
-  }
+  over_token_ranges_on(N <= kDecodeTokens ? 1 : threads_for(ex, work), N, rows);
 }
 
 }  // namespace tokpos::kernels::cpu
