@@ -165,8 +165,8 @@ double relative_difference(double a, double b) {
 
 // The comparison itself: bit for bit at tolerance 0, else relative.
 TEST(Kernels, AgreementFollowsTheDeclaredTolerance) {
-  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
-  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  const kn::KernelTable exact{"exact", 0.0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  const kn::KernelTable loose{"loose", 1e-3, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
   const std::vector<float> want{1.0f, -2.0f, 0.0f, HUGE_VALF};
   EXPECT_TRUE(agrees(exact, want, want));
   EXPECT_FALSE(agrees(exact, want, {1.0f, -2.0f, -0.0f, HUGE_VALF}));  // -0 is other bits
@@ -1454,6 +1454,82 @@ TEST(Kernels, RopeAgreesWithTheReference) {
                 const auto got = run(*be, threads, in_place);
                 EXPECT_TRUE(agrees(*be, want.data(), got.data(), want.size() / esize, type))
                     << be->name << " D " << sh.D << " half " << sh.half << " dtype " << tokpos::dtype_name(type)
+                    << " layout " << static_cast<int>(layout) << " inverse " << inverse << " threads " << threads
+                    << " in place " << in_place;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The rotation by given cos and sin tables on every back end: both layouts,
+// forward and inverse, every dtype, full and partial rotary dims, the
+// unrolled head sizes, padded heads, cos rows shared by every b (stride 0),
+// several thread counts (with more rows than a decode step), in place.
+TEST(Kernels, RopeTablesAgreeWithTheReference) {
+  struct TablesShape {
+    int64_t B, T, H, D, R, pad;
+    bool shared;  // one cos row per t for every b
+  };
+  const TablesShape shapes[] = {{1, 1, 1, 2, 2, 0, false},   {2, 37, 3, 64, 64, 0, true},
+                                {3, 20, 2, 80, 32, 5, false}, {1, 70, 4, 128, 128, 0, false},
+                                {2, 9, 3, 12, 6, 1, true}};
+  uint64_t seed = 1900;
+  for (const TablesShape& sh : shapes) {
+    const int64_t rows = sh.B * sh.T * sh.H, stride = sh.D + sh.pad;
+    const int64_t cos_rows = (sh.shared ? 1 : sh.B) * sh.T;
+    const Table x = make_table(rows, sh.D, stride, ++seed);
+    const Table cs = make_table(cos_rows, sh.R, sh.R, ++seed), sn = make_table(cos_rows, sh.R, sh.R, ++seed);
+    for (DType type : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (kn::RopeLayout layout : {kn::RopeLayout::kHalf, kn::RopeLayout::kInterleaved}) {
+        for (bool inverse : {false, true}) {
+          const size_t esize = tokpos::dtype_size(type);
+          const size_t bytes = static_cast<size_t>(rows * stride) * esize;
+          const void* xdata = x.view(type).data;
+          auto run = [&](const kn::KernelTable& be, int threads, bool in_place) {
+            std::vector<uint8_t> out(bytes, 0xA5);
+            if (in_place) std::memcpy(out.data(), xdata, bytes);
+            kn::RopeTables r;
+            r.x = in_place ? static_cast<const void*>(out.data()) : xdata;
+            r.xsh = stride;
+            r.xst = sh.H * stride;
+            r.xsb = sh.T * sh.H * stride;
+            r.out = out.data();
+            r.osh = r.xsh;
+            r.ost = r.xst;
+            r.osb = r.xsb;
+            r.cos = cs.view(type).data;
+            r.sin = sn.view(type).data;
+            r.cst = r.sst = sh.R;
+            r.csb = r.ssb = sh.shared ? 0 : sh.T * sh.R;
+            r.type = type;
+            r.B = sh.B;
+            r.T = sh.T;
+            r.H = sh.H;
+            r.D = sh.D;
+            r.R = sh.R;
+            r.layout = layout;
+            r.inverse = inverse;
+            kn::Exec ex;
+            ex.threads = threads;
+            be.apply_rope_tables(r, ex);
+            std::vector<uint8_t> packed(static_cast<size_t>(rows * sh.D) * esize);
+            for (int64_t k = 0; k < rows; ++k) {
+              std::memcpy(packed.data() + static_cast<size_t>(k * sh.D) * esize,
+                          out.data() + static_cast<size_t>(k * stride) * esize, static_cast<size_t>(sh.D) * esize);
+            }
+            return packed;
+          };
+          const auto want = run(kn::reference_kernels(), 1, false);
+          for (const kn::KernelTable* be : kn::backends()) {
+            for (int threads : {1, 3}) {
+              for (bool in_place : {false, true}) {
+                const auto got = run(*be, threads, in_place);
+                EXPECT_TRUE(agrees(*be, want.data(), got.data(), want.size() / esize, type))
+                    << be->name << " D " << sh.D << " R " << sh.R << " dtype " << tokpos::dtype_name(type)
                     << " layout " << static_cast<int>(layout) << " inverse " << inverse << " threads " << threads
                     << " in place " << in_place;
               }

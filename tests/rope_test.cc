@@ -20,6 +20,7 @@
 #include "tokpos/ops.h"
 #include "tokpos/rope.h"
 #include "tokpos/tokpos.h"
+#include "expect_error.h"
 
 namespace {
 
@@ -585,6 +586,189 @@ TEST(RopeApply, BadInputsNameTheValueAndWriteNothing) {
   il.layout = RopeLayout::kInterleaved;
   ops::apply_rope(wv, xv, pv, inv, il);
   EXPECT_EQ(0, std::memcmp(out.data(), want.data(), out.size() * sizeof(float)));
+}
+
+// ---- Application by given cos and sin tables ------------------------------------
+
+using tokpos::RopeTablesOptions;
+
+// bfloat16 rounding of a float, to nearest even (finite values).
+float round_bf16(float v) {
+  uint32_t u = std::bit_cast<uint32_t>(v);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return std::bit_cast<float>(u & 0xffff0000u);
+}
+uint16_t bf16_bits(float v) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(round_bf16(v)) >> 16); }
+float bf16_value(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+// transformers' q * cos + rotate_half(q) * sin for one head row x (D) and
+// rows c, s (R), each product and the sum rounded by `rnd`; the transposed
+// map when inverse.
+template <typename Round>
+std::vector<float> rotate_half_formula(const float* x, const float* c, const float* s, int64_t D, int64_t R,
+                                       bool inverse, Round rnd) {
+  std::vector<float> out(x, x + D);
+  const int64_t h = R / 2;
+  for (int64_t i = 0; i < h; ++i) {
+    const float x0 = x[i], x1 = x[i + h];
+    if (!inverse) {
+      out[static_cast<size_t>(i)] = rnd(rnd(x0 * c[i]) + rnd(-x1 * s[i]));
+      out[static_cast<size_t>(i + h)] = rnd(rnd(x1 * c[i + h]) + rnd(x0 * s[i + h]));
+    } else {
+      out[static_cast<size_t>(i)] = rnd(rnd(x0 * c[i]) + rnd(x1 * s[i + h]));
+      out[static_cast<size_t>(i + h)] = rnd(rnd(x1 * c[i + h]) - rnd(x0 * s[i]));
+    }
+  }
+  return out;
+}
+
+std::vector<float> wide_values(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  for (size_t k = 0; k < n; ++k) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(seed >> 11) * 0x1p-53 * 2.0 - 1.0;
+    v[k] = static_cast<float>(std::ldexp(u, static_cast<int>(k % 13) - 6));
+  }
+  return v;
+}
+
+// x held as transformers holds q, (B, H, T, D) in memory, read through the
+// strides of its (B, T, H, D) view; cos and sin one (T, R) block shared by
+// every b (stride 0); partial rotary (R < D). float32: the formula's bits.
+TEST(RopeTables, HeadsFirstMemoryAndSharedRowsGiveTheFormulasBits) {
+  const int64_t B = 2, H = 3, T = 5, D = 12, R = 8;
+  const auto x = wide_values(static_cast<size_t>(B * H * T * D), 7);
+  const auto c = wide_values(static_cast<size_t>(T * R), 8), s = wide_values(static_cast<size_t>(T * R), 9);
+  for (bool inverse : {false, true}) {
+    std::vector<float> out(x.size(), std::nanf(""));
+    const TensorView xv(x.data(), DType::kF32, {B, T, H, D}, {H * T * D, D, T * D, 1});
+    const TensorView ov(out.data(), DType::kF32, {B, T, H, D}, {H * T * D, D, T * D, 1});
+    const TensorView cv(c.data(), DType::kF32, {B, T, R}, {0, R, 1}), sv(s.data(), DType::kF32, {B, T, R}, {0, R, 1});
+    RopeTablesOptions o;
+    o.inverse = inverse;
+    tokpos::ops::apply_rope_tables(ov, xv, cv, sv, o);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t t = 0; t < T; ++t) {
+          const size_t row = static_cast<size_t>(((b * H + h) * T + t) * D);
+          const auto want = rotate_half_formula(x.data() + row, c.data() + t * R, s.data() + t * R, D, R, inverse,
+                                                [](float v) { return v; });
+          EXPECT_EQ(0, std::memcmp(want.data(), out.data() + row, static_cast<size_t>(D) * sizeof(float)))
+              << "b " << b << " h " << h << " t " << t << " inverse " << inverse;
+        }
+      }
+    }
+  }
+}
+
+// bfloat16: every product and every sum rounded to bfloat16, as torch's
+// elementwise ops round them, not the float32 result rounded once.
+TEST(RopeTables, Bfloat16RoundsEachProductAndTheSum) {
+  const int64_t T = 40, H = 2, D = 16, R = 16;
+  const auto xf = wide_values(static_cast<size_t>(T * H * D), 21);
+  const auto cf = wide_values(static_cast<size_t>(T * R), 22), sf = wide_values(static_cast<size_t>(T * R), 23);
+  std::vector<uint16_t> x(xf.size()), c(cf.size()), s(sf.size()), out(xf.size(), 0xffff);
+  for (size_t k = 0; k < x.size(); ++k) x[k] = bf16_bits(xf[k]);
+  for (size_t k = 0; k < c.size(); ++k) c[k] = bf16_bits(cf[k]), s[k] = bf16_bits(sf[k]);
+  const TensorView xv(x.data(), DType::kBF16, {T, H, D}), ov(out.data(), DType::kBF16, {T, H, D});
+  const TensorView cv(c.data(), DType::kBF16, {T, R}), sv(s.data(), DType::kBF16, {T, R});
+  tokpos::ops::apply_rope_tables(ov, xv, cv, sv);
+  int once_differs = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> cr(static_cast<size_t>(R)), sr(static_cast<size_t>(R));
+    for (int64_t i = 0; i < R; ++i) {
+      cr[static_cast<size_t>(i)] = bf16_value(c[static_cast<size_t>(t * R + i)]);
+      sr[static_cast<size_t>(i)] = bf16_value(s[static_cast<size_t>(t * R + i)]);
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      const size_t row = static_cast<size_t>((t * H + h) * D);
+      std::vector<float> xr(static_cast<size_t>(D));
+      for (int64_t d = 0; d < D; ++d) xr[static_cast<size_t>(d)] = bf16_value(x[row + static_cast<size_t>(d)]);
+      const auto want = rotate_half_formula(xr.data(), cr.data(), sr.data(), D, R, false, round_bf16);
+      const auto once = rotate_half_formula(xr.data(), cr.data(), sr.data(), D, R, false, [](float v) { return v; });
+      for (int64_t d = 0; d < D; ++d) {
+        ASSERT_EQ(bf16_bits(want[static_cast<size_t>(d)]), out[row + static_cast<size_t>(d)]) << "t " << t << " d " << d;
+        once_differs += bf16_bits(once[static_cast<size_t>(d)]) != out[row + static_cast<size_t>(d)];
+      }
+    }
+  }
+  EXPECT_GT(once_differs, 0);  // the data tells the two roundings apart
+}
+
+TEST(RopeTables, BadArgumentsAreNamedAndNothingIsWritten) {
+  using tokpos::Status;
+  using tokpos::testing::expect_error;
+  const int64_t T = 4, H = 2, D = 8;
+  std::vector<float> x(static_cast<size_t>(T * H * D), 1.0f), c(static_cast<size_t>(T * D), 0.5f);
+  std::vector<float> s = c, out(x.size(), -7.0f);
+  std::vector<uint16_t> c16(c.size(), 0x3c00);
+  const TensorView xv(x.data(), DType::kF32, {T, H, D}), ov(out.data(), DType::kF32, {T, H, D});
+  const TensorView cv(c.data(), DType::kF32, {T, D}), sv(s.data(), DType::kF32, {T, D});
+  const TensorView c16v(c16.data(), DType::kF16, {T, D});
+  const TensorView odd(c.data(), DType::kF32, {T, 3}, {D, 1}), wide(c.data(), DType::kF32, {2, 16});
+  const TensorView short_t(c.data(), DType::kF32, {T - 1, D}), narrow_sin(s.data(), DType::kF32, {T, 6}, {D, 1});
+  const TensorView cos3(c.data(), DType::kF32, {1, T, D});
+  const TensorView out_on_cos(c.data(), DType::kF32, {1, 2, 4}), x_small(x.data(), DType::kF32, {1, 2, 4});
+  const TensorView shifted(x.data() + 1, DType::kF32, {T, H, D - 1}, {H * D, D, 1});
+  const TensorView x_cut(x.data(), DType::kF32, {T, H, D - 1}, {H * D, D, 1});
+  const TensorView cos_cut(c.data(), DType::kF32, {T, D - 2}, {D, 1});
+  const TensorView sin_cut(s.data(), DType::kF32, {T, D - 2}, {D, 1});
+  auto call = [](const TensorView& o, const TensorView& xx, const TensorView& cc, const TensorView& ss,
+                 RopeTablesOptions opt = {}) { tokpos::ops::apply_rope_tables(o, xx, cc, ss, opt); };
+  expect_error([&] { call(ov, xv, c16v, sv); }, Status::kInvalidArgument,
+               {"apply_rope_tables: cos has dtype f16 but x has f32", "must share one dtype"});
+  expect_error([&] { call(ov, xv, odd, odd); }, Status::kInvalidArgument, {"cos has 3 rotary dims; the count must be even"});
+  expect_error([&] { call(ov, xv, cv, narrow_sin); }, Status::kShapeMismatch, {"sin has 6 rotary dims but cos has 8"});
+  expect_error([&] { call(ov, xv, short_t, short_t); }, Status::kShapeMismatch, {"cos starts with shape (3)", "x has (4)"});
+  expect_error([&] { call(ov, xv, cos3, cos3); }, Status::kShapeMismatch, {"cos has 3 dimensions", "needs 2 (T, R)"});
+  expect_error([&] { call(ov, xv, wide, wide); }, Status::kShapeMismatch, {"cos starts with shape (2)"});
+  RopeTablesOptions bad;
+  bad.layout = static_cast<RopeLayout>(5);
+  expect_error([&] { call(ov, xv, cv, sv, bad); }, Status::kInvalidArgument, {"layout 5 is not half (0) or interleaved (1)"});
+  expect_error([&] { call(out_on_cos, x_small, cv, sv); }, Status::kShapeMismatch, {});
+  // An R wider than the head, an output over cos, an output one element off x.
+  const TensorView c10(c.data(), DType::kF32, {T, 10}, {10, 1});
+  std::vector<float> x10(static_cast<size_t>(T * H * 9), 1.0f), o10(x10.size(), -7.0f);
+  const TensorView x9(x10.data(), DType::kF32, {T, H, 9}), o9(o10.data(), DType::kF32, {T, H, 9});
+  expect_error([&] { call(o9, x9, c10, c10); }, Status::kInvalidArgument, {"cos has 10 rotary dims; at most the head dim 9"});
+  const TensorView o_cos(c.data(), DType::kF32, {2, H, D}), x2(x.data(), DType::kF32, {2, H, D});
+  const TensorView c2(c.data(), DType::kF32, {2, D});  // the memory out is on
+  expect_error([&] { call(o_cos, x2, cv, cv); }, Status::kShapeMismatch, {});
+  expect_error([&] { call(o_cos, x2, c2, c2); }, Status::kInvalidArgument, {"out overlaps"});
+  expect_error([&] { call(shifted, x_cut, cos_cut, sin_cut); }, Status::kInvalidArgument, {"out overlaps x"});
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == -7.0f; }));
+  EXPECT_TRUE(std::all_of(o10.begin(), o10.end(), [](float v) { return v == -7.0f; }));
+  EXPECT_TRUE(std::all_of(x.begin(), x.end(), [](float v) { return v == 1.0f; }));
+  // In place is allowed: out == x element for element.
+  call(xv, xv, cv, sv);
+  EXPECT_EQ(x[0], 0.5f - 0.5f);
+}
+
+TEST(RopeTables, TheCApiCallsTheOp) {
+  const int64_t T = 3, H = 2, D = 4;
+  const auto x = wide_values(static_cast<size_t>(T * H * D), 31);
+  const auto c = wide_values(static_cast<size_t>(T * D), 32), s = wide_values(static_cast<size_t>(T * D), 33);
+  std::vector<float> want(x.size()), got(x.size(), -1.0f);
+  const TensorView xv(x.data(), DType::kF32, {T, H, D}), wv(want.data(), DType::kF32, {T, H, D});
+  const TensorView gv(got.data(), DType::kF32, {T, H, D});
+  const TensorView cv(c.data(), DType::kF32, {T, D}), sv(s.data(), DType::kF32, {T, D});
+  RopeTablesOptions il;
+  il.layout = RopeLayout::kInterleaved;
+  il.inverse = true;
+  tokpos::ops::apply_rope_tables(wv, xv, cv, sv, il);
+  EXPECT_EQ(tokpos_op_apply_rope_tables(gv.get(), xv.get(), cv.get(), sv.get(), TOKPOS_ROPE_INTERLEAVED, 1), TOKPOS_OK);
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+  std::fill(got.begin(), got.end(), -1.0f);
+  EXPECT_EQ(tokpos_op_apply_rope_tables(gv.get(), xv.get(), cv.get(), sv.get(), TOKPOS_ROPE_HALF, 2),
+            TOKPOS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tokpos_last_error()).find("tokpos_op_apply_rope_tables: inverse = 2 must be 0 or 1"),
+            std::string::npos);
+  EXPECT_EQ(tokpos_op_apply_rope_tables(gv.get(), xv.get(), cv.get(), sv.get(), static_cast<tokpos_rope_layout>(3), 0),
+            TOKPOS_INVALID_ARGUMENT);
+  EXPECT_EQ(tokpos_op_apply_rope_tables(gv.get(), nullptr, cv.get(), sv.get(), TOKPOS_ROPE_HALF, 0), TOKPOS_NULL_POINTER);
+  EXPECT_NE(std::string(tokpos_last_error()).find("tokpos_op_apply_rope_tables: x is NULL"), std::string::npos)
+      << tokpos_last_error();
+  EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float v) { return v == -1.0f; }));
 }
 
 }  // namespace

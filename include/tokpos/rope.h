@@ -95,6 +95,12 @@ struct RopeApplyOptions {
   const char* where = nullptr;    // names the caller in messages; nullptr: "apply_rope"
 };
 
+struct RopeTablesOptions {
+  RopeLayout layout = RopeLayout::kHalf;
+  bool inverse = false;         // the transposed map (the backward)
+  const char* where = nullptr;  // names the caller in messages; nullptr: "apply_rope_tables"
+};
+
 namespace ops {
 
 // out = RoPE(x): x and out (B, T, H, D) with positions (B, T), or (T, H, D)
@@ -111,6 +117,25 @@ namespace ops {
 TOKPOS_API void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& positions,
                            std::span<const double> inv_freq, const RopeApplyOptions& options = {},
                            const Context* ctx = nullptr);
+
+// out = x rotated by the caller's cos and sin, as transformers'
+// apply_rotary_pos_emb computes q * cos + rotate_half(q) * sin in x's dtype:
+// x and out (B, T, H, D) with cos and sin (B, T, R), or (T, H, D) with (T, R);
+// float32, bfloat16 or float16, all four of one dtype; R even and <= D (the
+// rotated dims; the rest are copied); any strides with contiguous rows (a
+// stride of 0 shares a cos row between batch rows). For each pair (j0, j1)
+// of the layout ((i, i + R/2) for kHalf, transformers' rotate_half;
+// (2i, 2i + 1) for kInterleaved), with c and s the (b, t) rows:
+//   out[j0] = x[j0] * c[j0] - x[j1] * s[j0],   out[j1] = x[j1] * c[j1] + x[j0] * s[j1]
+// each product and the sum rounded to the dtype, as torch rounds each
+// elementwise op (so float32 results are torch's bit for bit, and bfloat16
+// and float16 ones are torch's CPU eager results). inverse: the transposed map,
+//   out[j0] = x[j0] * c[j0] + x[j1] * s[j1],   out[j1] = x[j1] * c[j1] - x[j0] * s[j0]
+// (the gradient with respect to x). out may be x itself but may not
+// overlap it otherwise, nor cos or sin. Throws Error naming the argument,
+// the value and the limit; nothing is written then.
+TOKPOS_API void apply_rope_tables(const DLTensor& out, const DLTensor& x, const DLTensor& cos, const DLTensor& sin,
+                                  const RopeTablesOptions& options = {}, const Context* ctx = nullptr);
 
 }  // namespace ops
 }  // namespace tokpos

@@ -292,6 +292,17 @@ TOKPOS_API tokpos_status tokpos_op_apply_rope(const DLTensor* out, const DLTenso
                                               const double* inv_freq, int64_t n_freq, tokpos_rope_layout layout,
                                               int64_t rotary_dim, double attention_factor, int inverse);
 
+/* out = x rotated by the caller's cos and sin tables, transformers'
+ * apply_rotary_pos_emb (tokpos::ops::apply_rope_tables): x and out
+ * (B, T, H, D) with cos and sin (B, T, R), or (T, H, D) with (T, R); all
+ * float32, bfloat16 or float16 alike; R even and <= D, the dims past R
+ * copied. For each pair (j0, j1) of the layout, with the (b, t) rows c, s:
+ * out[j0] = x[j0] c[j0] - x[j1] s[j0], out[j1] = x[j1] c[j1] + x[j0] s[j1],
+ * each product and the sum rounded to the dtype as torch's elementwise ops
+ * round. inverse != 0: the transposed map (the gradient). out may be x. */
+TOKPOS_API tokpos_status tokpos_op_apply_rope_tables(const DLTensor* out, const DLTensor* x, const DLTensor* cos,
+                                                     const DLTensor* sin, tokpos_rope_layout layout, int inverse);
+
 /* ==== 3. Conveniences over the ops ========================================= */
 
 /* Raw caller memory (pointer and sizes) in place of tensors. Every size is

@@ -17,6 +17,16 @@
 
 namespace tokpos::python {
 
+namespace {
+
+RopeLayout layout_named(const std::string& layout, const char* where) {
+  if (layout == "half") return RopeLayout::kHalf;
+  if (layout == "interleaved") return RopeLayout::kInterleaved;
+  throw Error(Status::kInvalidArgument, std::string(where) + ": layout = '" + layout + "' is not 'half' or 'interleaved'");
+}
+
+}  // namespace
+
 void bind_rope(nb::module_& m) {
   nb::class_<RopeScaling>(m, "RopeScaling")
       .def(nb::init<>())
@@ -64,14 +74,7 @@ void bind_rope(nb::module_& m) {
          const nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>& inv_freq,
          const std::string& layout, int64_t rotary_dim, double attention_factor, bool inverse, const char* where) {
         RopeApplyOptions o;
-        if (layout == "half") {
-          o.layout = RopeLayout::kHalf;
-        } else if (layout == "interleaved") {
-          o.layout = RopeLayout::kInterleaved;
-        } else {
-          throw Error(Status::kInvalidArgument,
-                      std::string(where) + ": layout = '" + layout + "' is not 'half' or 'interleaved'");
-        }
+        o.layout = layout_named(layout, where);
         o.rotary_dim = rotary_dim;
         o.attention_factor = attention_factor;
         o.inverse = inverse;
@@ -84,6 +87,23 @@ void bind_rope(nb::module_& m) {
       },
       nb::arg("out"), nb::arg("x"), nb::arg("positions"), nb::arg("inv_freq"), nb::arg("layout"),
       nb::arg("rotary_dim"), nb::arg("attention_factor"), nb::arg("inverse"), nb::arg("where"));
+
+  // out = x rotated by cos and sin through ops::apply_rope_tables.
+  m.def(
+      "apply_rope_tables",
+      [](const OutArray& out, const InArray& x, const InArray& cos, const InArray& sin, const std::string& layout,
+         bool inverse, const char* where) {
+        RopeTablesOptions o;
+        o.layout = layout_named(layout, where);
+        o.inverse = inverse;
+        const std::string w = where;
+        o.where = w.c_str();
+        const Tensor ot(out, "out"), xt(x, "x"), ct(cos, "cos"), st(sin, "sin");
+        nb::gil_scoped_release release;
+        ops::apply_rope_tables(ot.dl, xt.dl, ct.dl, st.dl, o);
+      },
+      nb::arg("out"), nb::arg("x"), nb::arg("cos"), nb::arg("sin"), nb::arg("layout"), nb::arg("inverse"),
+      nb::arg("where"));
 }
 
 }  // namespace tokpos::python

@@ -181,6 +181,95 @@ def apply_rope(
     return y.transpose(-3, -2) if heads_first else y
 
 
+def _rope_tables_out(x, contiguous: bool) -> Tensor:
+    """The result's memory: contiguous, or x's strides (as torch's
+    elementwise ops lay out theirs; contiguous when x's rows are not)."""
+    if contiguous or x.dim() == 0 or x.stride(-1) != 1:
+        return torch.empty(x.shape, dtype=x.dtype)
+    return torch.empty_like(x, memory_format=torch.preserve_format)
+
+
+def _apply_rope_tables_new(x, cos, sin, layout, inverse, heads_first, contiguous) -> Tensor:
+    """x rotated by cos and sin into a new tensor of x's shape and dtype
+    (heads_first: x and the result are (…, H, T, D)); the custom op's body
+    and the inference path both run it."""
+    out = _rope_tables_out(x, contiguous)
+    _rope.apply_rope_tables(
+        _plain(x), _plain(cos), _plain(sin), layout=layout, inverse=inverse, heads_first=heads_first, out=out
+    )
+    return out
+
+
+@torch.library.custom_op("tokpos::apply_rope_tables", mutates_args=(), device_types="cpu")
+def _apply_rope_tables_op(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: str, inverse: bool, heads_first: bool, contiguous: bool
+) -> Tensor:
+    """tokpos.apply_rope_tables(x, cos, sin, ...) into a new tensor of x's
+    shape and dtype, contiguous or laid out as x."""
+    return _apply_rope_tables_new(x, cos, sin, layout, inverse, heads_first, contiguous)
+
+
+@_apply_rope_tables_op.register_fake
+def _apply_rope_tables_fake(x, cos, sin, layout, inverse, heads_first, contiguous):
+    torch._check(x.dim() in (3, 4), lambda: "tokpos::apply_rope_tables: x must be 3- or 4-dimensional")
+    torch._check(cos.dim() == x.dim() - 1, lambda: "tokpos::apply_rope_tables: cos must have one dimension less than x")
+    return _rope_tables_out(x, contiguous)
+
+
+def _apply_rope_tables_setup_context(ctx, inputs, output):
+    x, cos, sin, layout, inverse, heads_first, contiguous = inputs
+    ctx.save_for_backward(cos, sin)
+    ctx.layout, ctx.inverse, ctx.heads_first = layout, inverse, heads_first
+
+
+def _apply_rope_tables_backward(ctx, d_out):
+    cos, sin = ctx.saved_tensors
+    d_x = None
+    if ctx.needs_input_grad[0]:
+        d_x = _apply_rope_tables_op(d_out, cos, sin, ctx.layout, not ctx.inverse, ctx.heads_first, False)
+    return d_x, None, None, None, None, None, None
+
+
+_apply_rope_tables_op.register_autograd(_apply_rope_tables_backward, setup_context=_apply_rope_tables_setup_context)
+
+
+def rope_tables(x, cos, sin, layout: str, inverse: bool, heads_first: bool, contiguous: bool) -> Tensor:
+    """apply_rope_tables after its checks: through the custom op when
+    autograd or the compiler needs it, the kernel directly otherwise."""
+    cos, sin = _rope._batch_positions(cos, tuple(x.shape)), _rope._batch_positions(sin, tuple(x.shape))
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
+        return _apply_rope_tables_op(x, cos, sin, layout, inverse, heads_first, contiguous)
+    return _apply_rope_tables_new(x, cos, sin, layout, inverse, heads_first, contiguous)
+
+
+def apply_rope_tables(
+    x: Tensor, cos: Tensor, sin: Tensor, *, layout: str = "half", inverse: bool = False,
+    heads_first: Optional[bool] = None,
+) -> Tensor:
+    """tokpos.apply_rope_tables with autograd: a new tensor, x rotated by the
+    caller's cos and sin as transformers' apply_rotary_pos_emb computes
+    q * cos + rotate_half(q) * sin (the same bits on the CPU). x (B, T, H, D)
+    with cos and sin (B, T, R) or (1, T, R), or (T, H, D) with (T, R);
+    heads_first=True (or None with an unambiguous shape): x (B, H, T, D),
+    as transformers holds q and k. The result has x's shape and, as torch's
+    elementwise ops, x's memory order. The gradient of x is the transposed
+    map (one more call of the op); cos and sin get none, so a cos or sin
+    that requires grad is a ValueError rather than a silently missing
+    gradient."""
+    where = "tokpos.torch.apply_rope_tables"
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, Tensor):
+            raise ValueError(f"{where}: {name} must be a torch tensor, got {type(t).__name__}")
+        if t.device.type != "cpu":
+            raise ValueError(f"{where}: {name} is on {t.device}; only CPU tensors are supported")
+    if layout not in _rope.ROPE_LAYOUTS:
+        raise ValueError(f"{where}: layout = {layout!r} is not one of 'half', 'interleaved'")
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+        raise ValueError(f"{where}: cos and sin get no gradient here; pass them detached (they require grad)")
+    heads_first = _rope._rope_heads_first(where, tuple(x.shape), tuple(cos.shape)[:-1], heads_first)
+    return rope_tables(x, cos, sin, layout, bool(inverse), heads_first, False)
+
+
 _SEQ_LEN_TYPES = ("dynamic", "longrope")
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _DYNAMIC_CHOICES = ("stateless", "longest")

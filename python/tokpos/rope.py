@@ -18,7 +18,7 @@ from ._arrays import index_sequence as _index_sequence
 from ._arrays import is_torch as _is_torch
 from ._arrays import require_cpu as _require_cpu
 
-__all__ = ["ROPE_LAYOUTS", "ROPE_TYPES", "apply_rope", "mrope_axes", "mrope_cos_sin", "rope_cos_sin", "rope_frequencies"]
+__all__ = ["ROPE_LAYOUTS", "ROPE_TYPES", "apply_rope", "apply_rope_tables", "mrope_axes", "mrope_cos_sin", "rope_cos_sin", "rope_frequencies"]
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -257,14 +257,14 @@ def _heads_swapped(a):
 
 
 def _batch_positions(positions, x_shape):
-    """positions (1, T) broadcast over x's B (a stride-0 view, no copy);
-    any other shape as it is."""
+    """positions (1, T), or cos and sin (1, T, R), broadcast over x's B (a
+    stride-0 view, no copy); any other shape as it is."""
     shape = tuple(positions.shape)
-    if len(x_shape) != 4 or len(shape) != 2 or shape[0] != 1 or x_shape[0] == 1:
+    if len(x_shape) != 4 or len(shape) not in (2, 3) or shape[0] != 1 or x_shape[0] == 1:
         return positions
     if _is_torch(positions):
-        return positions.expand(x_shape[0], shape[1])
-    return np.broadcast_to(np.asarray(positions), (x_shape[0], shape[1]))
+        return positions.expand(x_shape[0], *shape[1:])
+    return np.broadcast_to(np.asarray(positions), (x_shape[0],) + shape[1:])
 
 
 def _empty_like(x):
@@ -343,6 +343,42 @@ def apply_rope(
         bool(inverse),
         "tokpos.apply_rope",
     )
+    return out
+
+
+def apply_rope_tables(x, cos, sin, *, layout: str = "half", inverse: bool = False, heads_first: bool | None = None,
+                      out=None):
+    """x rotated by the caller's cos and sin, as transformers'
+    apply_rotary_pos_emb computes q * cos + rotate_half(q) * sin in x's
+    dtype: x (B, T, H, Dh) with cos and sin (B, T, R) or (1, T, R)
+    (broadcast over B), or x (T, H, Dh) with (T, R); heads_first=True reads
+    x (and out) as transformers holds q and k, (B, H, T, Dh), and None picks
+    the reading whose T axis has cos's length (ValueError naming both when
+    both have it), as apply_rope does. x, cos and sin float32, bfloat16 or
+    float16, one dtype. The first R dims of each head rotate in the layout's
+    pairs (j0, j1), "half" (j, j + R/2: rotate_half) or "interleaved" (2i,
+    2i + 1):
+        out[j0] = x[j0] * cos[j0] - x[j1] * sin[j0]
+        out[j1] = x[j1] * cos[j1] + x[j0] * sin[j1]
+    each product and the sum rounded to the dtype, as torch rounds each of
+    its elementwise ops, so the results are the formula's as torch evaluates
+    it on the CPU, bit for bit; the rest of each head is copied (partial
+    rotary). inverse=True applies the transposed map (the gradient with
+    respect to x). out: written and returned (out=x works in place);
+    otherwise a new array in x's framework and layout."""
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"apply_rope_tables: layout = {layout!r} is not one of 'half', 'interleaved'")
+    x, cos, sin = _tensor(x, "x"), _tensor(cos, "cos"), _tensor(sin, "sin")
+    heads_first = _rope_heads_first("apply_rope_tables", tuple(x.shape), tuple(cos.shape)[:-1], heads_first)
+    cos, sin = _batch_positions(cos, tuple(x.shape)), _batch_positions(sin, tuple(x.shape))
+    if out is None:
+        out = _empty_like(x)
+    else:
+        out = _tensor(out, "out")
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise ValueError("apply_rope_tables: out is read-only; tokpos writes its result there in place")
+    xv, ov = (_heads_swapped(x), _heads_swapped(out)) if heads_first else (x, out)
+    _core.apply_rope_tables(ov, xv, cos, sin, layout, bool(inverse), "tokpos.apply_rope_tables")
     return out
 
 

@@ -6,13 +6,14 @@
     SinusoidalPositionalEmbedding  (L, D) fixed table, a buffer (no parameters)
     EmbeddingComposer              token rows + position rows in one fused kernel
     RotaryEmbedding                RoPE of queries and keys (apply_rope, a function too)
+    apply_rope_tables              q and k rotated by given cos and sin (transformers' apply_rotary_pos_emb)
     VocabParallelEmbedding         one rank's shard of a token table (torch.distributed)
     VocabParallelComposer          shard rows + position rows across ranks
 
 Every forward runs tokpos's compiled kernels on the tensors' own memory (no
 copies). Autograd goes through custom operators in the "tokpos" namespace
 (torch.ops.tokpos.compose, .compose_backward, .token_grad_rows,
-.apply_rope), registered
+.apply_rope, .apply_rope_tables), registered
 with torch.library.custom_op, so the modules work under autograd and under
 torch.compile(fullgraph=True), and each op passes torch.library.opcheck.
 
@@ -48,7 +49,7 @@ from ._torch_modules import (
     SinusoidalPositionalEmbedding,
     TokenEmbedding,
 )
-from ._torch_rope import RotaryEmbedding, apply_rope
+from ._torch_rope import RotaryEmbedding, apply_rope, apply_rope_tables
 from ._parallel import VocabParallelComposer, VocabParallelEmbedding
 
 __all__ = [
@@ -61,5 +62,6 @@ __all__ = [
     "VocabParallelComposer",
     "VocabParallelEmbedding",
     "apply_rope",
+    "apply_rope_tables",
     "embedding",
 ]

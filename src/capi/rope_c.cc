@@ -88,6 +88,17 @@ tokpos_status tokpos_rope_frequencies(double* inv_freq, double* attention_factor
   });
 }
 
+// The layout of a C call, checked with its inverse flag (0 or 1).
+static tokpos::RopeLayout layout_arg(const char* fn, tokpos_rope_layout layout, int inverse) {
+  using tokpos::detail::fail;
+  if (layout != TOKPOS_ROPE_HALF && layout != TOKPOS_ROPE_INTERLEAVED) {
+    fail(tokpos::Status::kInvalidArgument, fn, "layout = ", static_cast<int>(layout),
+         " is not TOKPOS_ROPE_HALF (0) or TOKPOS_ROPE_INTERLEAVED (1)");
+  }
+  if (inverse != 0 && inverse != 1) fail(tokpos::Status::kInvalidArgument, fn, "inverse = ", inverse, " must be 0 or 1");
+  return layout == TOKPOS_ROPE_HALF ? tokpos::RopeLayout::kHalf : tokpos::RopeLayout::kInterleaved;
+}
+
 tokpos_status tokpos_op_apply_rope(const DLTensor* out, const DLTensor* x, const DLTensor* positions,
                                    const double* inv_freq, int64_t n_freq, tokpos_rope_layout layout,
                                    int64_t rotary_dim, double attention_factor, int inverse) {
@@ -98,19 +109,29 @@ tokpos_status tokpos_op_apply_rope(const DLTensor* out, const DLTensor* x, const
     const DLTensor& xt = tokpos::capi::tensor_arg(fn, "x", x);
     const DLTensor& p = tokpos::capi::tensor_arg(fn, "positions", positions);
     const std::span<const double> freqs = tokpos::capi::span_of(fn, "inv_freq", inv_freq, {{"n_freq", n_freq}});
-    if (layout != TOKPOS_ROPE_HALF && layout != TOKPOS_ROPE_INTERLEAVED) {
-      fail(tokpos::Status::kInvalidArgument, fn, "layout = ", static_cast<int>(layout),
-           " is not TOKPOS_ROPE_HALF (0) or TOKPOS_ROPE_INTERLEAVED (1)");
-    }
-    if (inverse != 0 && inverse != 1)
-      fail(tokpos::Status::kInvalidArgument, fn, "inverse = ", inverse, " must be 0 or 1");
     tokpos::RopeApplyOptions options;
-    options.layout = layout == TOKPOS_ROPE_HALF ? tokpos::RopeLayout::kHalf : tokpos::RopeLayout::kInterleaved;
+    options.layout = layout_arg(fn, layout, inverse);
     options.rotary_dim = rotary_dim < 0 ? -1 : rotary_dim;
     options.attention_factor = attention_factor;
     options.inverse = inverse == 1;
     options.where = fn;
     tokpos::ops::apply_rope(o, xt, p, freqs, options);
+  });
+}
+
+tokpos_status tokpos_op_apply_rope_tables(const DLTensor* out, const DLTensor* x, const DLTensor* cos,
+                                          const DLTensor* sin, tokpos_rope_layout layout, int inverse) {
+  constexpr const char* fn = "tokpos_op_apply_rope_tables";
+  return tokpos::capi::guard(fn, [&] {
+    const DLTensor& o = tokpos::capi::tensor_arg(fn, "out", out);
+    const DLTensor& xt = tokpos::capi::tensor_arg(fn, "x", x);
+    const DLTensor& c = tokpos::capi::tensor_arg(fn, "cos", cos);
+    const DLTensor& s = tokpos::capi::tensor_arg(fn, "sin", sin);
+    tokpos::RopeTablesOptions options;
+    options.layout = layout_arg(fn, layout, inverse);
+    options.inverse = inverse == 1;
+    options.where = fn;
+    tokpos::ops::apply_rope_tables(o, xt, c, s, options);
   });
 }
 

@@ -270,6 +270,36 @@ struct RopeApply {
 };
 using ApplyRopeFn = void(const RopeApply& r, const Exec& ex);
 
+// out = x rotated by the caller's cos and sin tables (ops::apply_rope_tables,
+// transformers' apply_rotary_pos_emb): for each (b, t, h) and each pair
+// (j0, j1) of the layout among the first R dims ((i, i + R/2) for kHalf,
+// (2i, 2i + 1) for kInterleaved), with c and s the row (b, t) of cos and sin
+// and rnd the rounding to the type (none for float32), in float
+//   out[j0] = rnd(rnd(x[j0] * c[j0]) - rnd(x[j1] * s[j0]))
+//   out[j1] = rnd(rnd(x[j1] * c[j1]) + rnd(x[j0] * s[j1]))
+// and with inverse (the transposed map, the backward)
+//   out[j0] = rnd(rnd(x[j0] * c[j0]) + rnd(x[j1] * s[j1]))
+//   out[j1] = rnd(rnd(x[j1] * c[j1]) - rnd(x[j0] * s[j0]));
+// dims past R are copied. x, out, cos and sin share the type; out may be x
+// itself, element for element. Element (b, t, h, d) of x at x + b*xsb +
+// t*xst + h*xsh + d, element (b, t, d) of cos at cos + b*csb + t*cst + d
+// (strides may be 0: a row shared by every b).
+struct RopeTables {
+  const void* x = nullptr;
+  int64_t xsb = 0, xst = 0, xsh = 0;
+  void* out = nullptr;
+  int64_t osb = 0, ost = 0, osh = 0;
+  const void* cos = nullptr;
+  int64_t csb = 0, cst = 0;
+  const void* sin = nullptr;
+  int64_t ssb = 0, sst = 0;
+  DType type = DType::kF32;
+  int64_t B = 0, T = 0, H = 0, D = 0, R = 0;
+  RopeLayout layout = RopeLayout::kHalf;
+  bool inverse = false;
+};
+using ApplyRopeTablesFn = void(const RopeTables& r, const Exec& ex);
+
 // ---- Back ends -----------------------------------------------------------------
 
 struct KernelTable {
@@ -283,6 +313,7 @@ struct KernelTable {
   ApplyRopeFn* apply_rope;
   ComposeQuantFn* compose_quant;
   IndexAddRows64Fn* index_add_rows_f64;
+  ApplyRopeTablesFn* apply_rope_tables;
 };
 
 const KernelTable& reference_kernels();

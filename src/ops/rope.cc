@@ -17,6 +17,28 @@ namespace tokpos::ops {
 
 using tokpos::detail::fail;
 
+namespace {
+
+// out == x element for element (in place), which the rotations allow; any
+// other overlap of out and x is an error.
+void check_in_place_or_apart(const char* where, const detail::View& ov, const detail::View& xv) {
+  const bool same = ov.data == xv.data && [&] {
+    for (int i = 0; i < xv.ndim; ++i) {
+      if (xv.shape[i] > 1 && ov.strides[i] != xv.strides[i]) return false;
+    }
+    return true;
+  }();
+  if (!same) detail::check_no_overlap(where, ov, xv);
+}
+
+void check_layout(const char* where, RopeLayout layout) {
+  if (layout != RopeLayout::kHalf && layout != RopeLayout::kInterleaved) {
+    fail(Status::kInvalidArgument, where, "layout ", static_cast<int>(layout), " is not half (0) or interleaved (1)");
+  }
+}
+
+}  // namespace
+
 void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& positions, std::span<const double> inv_freq,
                 const RopeApplyOptions& o, const Context* ctx) {
   const char* where = o.where ? o.where : "apply_rope";
@@ -24,9 +46,7 @@ void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& position
   const detail::View xv = detail::check_tensor(where, "x", &x, Role::kTable, {3, 4});
   const detail::View ov = detail::check_tensor(where, "out", &out, Role::kOutput, {3, 4});
   const detail::View pv = detail::check_tensor(where, "positions", &positions, Role::kIndex, {1, 2});
-  if (o.layout != RopeLayout::kHalf && o.layout != RopeLayout::kInterleaved) {
-    fail(Status::kInvalidArgument, where, "layout ", static_cast<int>(o.layout), " is not half (0) or interleaved (1)");
-  }
+  check_layout(where, o.layout);
   if (ov.dtype != xv.dtype) {
     fail(Status::kInvalidArgument, where, "out has dtype ", dtype_name(ov.dtype), " but x has ", dtype_name(xv.dtype),
          "; they must match");
@@ -39,14 +59,7 @@ void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& position
          " dimensions needs ", xv.ndim - 2, batched ? " (B, T)" : " (T)");
   }
   detail::check_leading_shape(where, pv, xv, pv.ndim);
-  // In place is out == x element for element; any other overlap is an error.
-  const bool same = ov.data == xv.data && [&] {
-    for (int i = 0; i < xv.ndim; ++i) {
-      if (xv.shape[i] > 1 && ov.strides[i] != xv.strides[i]) return false;
-    }
-    return true;
-  }();
-  if (!same) detail::check_no_overlap(where, ov, xv);
+  check_in_place_or_apart(where, ov, xv);
   detail::check_no_overlap(where, ov, pv);
   detail::check_no_overlap(where, ov, "inv_freq", inv_freq.data(), inv_freq.size_bytes());
   const int64_t B = batched ? xv.shape[0] : 1, T = xv.shape[batched ? 1 : 0];
@@ -113,6 +126,69 @@ void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& position
   r.scratch = scratch.data();
   r.turns = turns.data();
   detail::kernels_for(ctx).apply_rope(r, ex);
+}
+
+void apply_rope_tables(const DLTensor& out, const DLTensor& x, const DLTensor& cos, const DLTensor& sin,
+                       const RopeTablesOptions& o, const Context* ctx) {
+  const char* where = o.where ? o.where : "apply_rope_tables";
+  using detail::Role;
+  const detail::View xv = detail::check_tensor(where, "x", &x, Role::kTable, {3, 4});
+  const detail::View ov = detail::check_tensor(where, "out", &out, Role::kOutput, {3, 4});
+  const detail::View cv = detail::check_tensor(where, "cos", &cos, Role::kTable, {2, 3});
+  const detail::View sv = detail::check_tensor(where, "sin", &sin, Role::kTable, {2, 3});
+  check_layout(where, o.layout);
+  for (const detail::View* v : {&ov, &cv, &sv}) {
+    if (v->dtype != xv.dtype) {
+      fail(Status::kInvalidArgument, where, v->name, " has dtype ", dtype_name(v->dtype), " but x has ",
+           dtype_name(xv.dtype), "; out, x, cos and sin must share one dtype");
+    }
+  }
+  if (ov.ndim != xv.ndim) fail(Status::kShapeMismatch, where, "out has ", ov.ndim, " dimensions but x has ", xv.ndim);
+  detail::check_leading_shape(where, ov, xv, xv.ndim);
+  const bool batched = xv.ndim == 4;
+  for (const detail::View* v : {&cv, &sv}) {
+    if (v->ndim != xv.ndim - 1) {
+      fail(Status::kShapeMismatch, where, v->name, " has ", v->ndim, " dimensions; x with ", xv.ndim,
+           " dimensions needs ", xv.ndim - 1, batched ? " (B, T, R)" : " (T, R)");
+    }
+    detail::check_leading_shape(where, *v, xv, v->ndim - 1);
+  }
+  const int64_t R = cv.last(), D = xv.last();
+  if (sv.last() != R) {
+    fail(Status::kShapeMismatch, where, "sin has ", sv.last(), " rotary dims but cos has ", R, "; they must match");
+  }
+  if (R % 2 != 0) fail(Status::kInvalidArgument, where, "cos has ", R, " rotary dims; the count must be even");
+  if (R > D) fail(Status::kInvalidArgument, where, "cos has ", R, " rotary dims; at most the head dim ", D);
+  check_in_place_or_apart(where, ov, xv);
+  detail::check_no_overlap(where, ov, cv);
+  detail::check_no_overlap(where, ov, sv);
+  if (xv.numel == 0) return;
+  kernels::RopeTables r;
+  const int first = batched ? 0 : -1;
+  auto stride = [](const detail::View& v, int i) { return i < 0 ? int64_t{0} : v.strides[i]; };
+  r.x = xv.data;
+  r.xsb = stride(xv, first);
+  r.xst = stride(xv, first + 1);
+  r.xsh = stride(xv, first + 2);
+  r.out = ov.data;
+  r.osb = stride(ov, first);
+  r.ost = stride(ov, first + 1);
+  r.osh = stride(ov, first + 2);
+  r.cos = cv.data;
+  r.csb = stride(cv, first);
+  r.cst = stride(cv, first + 1);
+  r.sin = sv.data;
+  r.ssb = stride(sv, first);
+  r.sst = stride(sv, first + 1);
+  r.type = xv.dtype;
+  r.B = batched ? xv.shape[0] : 1;
+  r.T = xv.shape[batched ? 1 : 0];
+  r.H = xv.shape[xv.ndim - 2];
+  r.D = D;
+  r.R = R;
+  r.layout = o.layout == RopeLayout::kHalf ? kernels::RopeLayout::kHalf : kernels::RopeLayout::kInterleaved;
+  r.inverse = o.inverse;
+  detail::kernels_for(ctx).apply_rope_tables(r, detail::exec_for(ctx));
 }
 
 }  // namespace tokpos::ops

@@ -20,10 +20,10 @@ import tokpos.hf  # noqa: E402
 from tokpos.hf import _llama  # noqa: E402
 
 # The logits' bound: 2e-7, or 4 float32 ulps of the largest logit when that
-# is larger. The patched rotary takes transformers' float32 angle, but its
-# cos and sin are correctly rounded where torch's float32 cos and sin are
-# within an ulp of that; the ulps reach the logits as a few ulps of their own
-# size (2.09e-7, 3.5 ulps, for Phi-3 here; 0 with torch's own cos and sin).
+# is larger. The patched application of cos and sin gives the model's bits,
+# and its rotary the model's arithmetic on tokpos's frequencies, which are a
+# float32 ulp from transformers' float32 ones in some places (3 of 8 here);
+# those ulps reach the logits as a few ulps of their own size.
 LOGITS_ATOL = 2e-7
 
 
@@ -92,28 +92,33 @@ def check_equivalent(plain, patched, config, new_tokens=12):
         assert torch.equal(got, want)
 
 
-def test_patched_rotary_is_the_rounded_cos_of_transformers_angle():
+def test_patched_rotary_is_transformers_arithmetic_on_tokpos_frequencies():
     # transformers' rotary: angle = float32 inv_freq @ float32 positions,
-    # then float32 cos and sin (torch's, within an ulp of the rounded value),
-    # times attention_scaling. The patched module gives the correctly rounded
-    # cos and sin of that same float32 angle (computed here in float64 by
-    # torch from tokpos's frequencies rounded to float32).
+    # then torch's float32 cos and sin, times attention_scaling. The patched
+    # module does the same on tokpos's frequencies rounded to float32, so with
+    # transformers' own frequencies in their place its values are transformers'.
     config = config_of("llama", rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 10000.0,
                                                  "original_max_position_embeddings": 8})
     plain, patched, _ = pair(config)
     rotary = patched.model.rotary_emb
-    inv = torch.from_numpy(np.asarray(rotary.rope.inv_freq)).float()
     positions = torch.tensor([[0, 3, 17, 63], [5, 6, 7, 1000]])
-    cos, sin = rotary(torch.zeros(1, dtype=torch.float32), positions)
-    angle = positions.float()[..., None] * inv
-    angle = torch.cat([angle, angle], dim=-1).double()
-    scaling = torch.tensor(rotary.attention_scaling, dtype=torch.float32)
-    assert torch.equal(cos, torch.cos(angle).float() * scaling)
-    assert torch.equal(sin, torch.sin(angle).float() * scaling)
-    want_cos, _ = plain.model.rotary_emb(torch.zeros(1, dtype=torch.float32), positions)
-    # Against transformers' own values: an ulp of its cos, another of its frequencies.
-    assert float((cos - want_cos).abs().max()) <= 2 * float(np.spacing(np.float32(want_cos.abs().max())))
+    x = torch.zeros(1, dtype=torch.float32)
+    cos, sin = rotary(x, positions)
+    theirs = plain.model.rotary_emb
+    want_cos, want_sin = theirs(x, positions)
+    ours_f32 = torch.from_numpy(np.asarray(rotary.rope.inv_freq)).float()
+    their_f32 = theirs.inv_freq.float()
+    for inv, c_want, s_want in ((ours_f32, cos, sin), (their_f32, want_cos, want_sin)):
+        c, s_ = _llama._model_cos_sin(positions, inv, rotary.attention_scaling)
+        assert torch.equal(c, c_want) and torch.equal(s_, s_want)
+    # The frequencies themselves: float32 roundings of tokpos's float64 ones,
+    # within an ulp of transformers' float32 arithmetic.
+    assert float(((ours_f32 - their_f32) / their_f32).abs().max()) <= 2 ** -23
 
+
+# What patch replaces in these two-layer models: the rotary module, then each
+# layer's attention (its application of cos and sin).
+NAMES = ["model.rotary_emb", "model.layers.0.self_attn", "model.layers.1.self_attn"]
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "granite", "stablelm"]
 
@@ -122,7 +127,7 @@ FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "granite", "s
 def test_family_logits_and_generate(family):
     config = config_of(family)
     plain, patched, names = pair(config)
-    assert names == ["model.rotary_emb"]
+    assert names == NAMES
     assert isinstance(patched.model.rotary_emb, _llama.HFRotary)
     assert patched.model.rotary_emb.attention_scaling == plain.model.rotary_emb.attention_scaling
     assert sum(1 for _ in patched.parameters()) == sum(1 for _ in plain.parameters())
@@ -145,7 +150,7 @@ def variants():
 def test_rope_type_variants(name, rope):
     config = config_of("llama", rope_parameters={**rope, "rope_theta": 10000.0}, max_position_embeddings=16)
     plain, patched, names = pair(config)
-    assert names == ["model.rotary_emb"]
+    assert names == NAMES
     assert patched.model.rotary_emb.rope.rope_type == name
     check_equivalent(plain, patched, config, new_tokens=14)
     if name == "dynamic":
@@ -156,7 +161,7 @@ def test_rope_type_variants(name, rope):
 def test_partial_rotary_phi3():
     config = config_of("phi3", partial_rotary_factor=0.5)
     plain, patched, names = pair(config)
-    assert names == ["model.rotary_emb"]
+    assert names == NAMES
     assert patched.model.rotary_emb.rope.rotary_dim == 8 == plain.model.rotary_emb.inv_freq.shape[0] * 2
     check_equivalent(plain, patched, config)
 
@@ -171,7 +176,7 @@ def test_phi3_longrope_with_its_config_level_original_length():
                          "long_factor": [1.5 + 0.7 * i for i in range(half)]},
     )
     plain, patched, names = pair(config)
-    assert names == ["model.rotary_emb"]
+    assert names == NAMES
     assert patched.model.rotary_emb.attention_scaling == plain.model.rotary_emb.attention_scaling > 1.0
     check_equivalent(plain, patched, config, new_tokens=14)  # 10 + 14 > 8: the long factors
 
@@ -192,7 +197,7 @@ def test_patch_twice_and_other_models():
     _, patched, names = pair(config)
     assert _llama.patch(patched) == names  # already tokpos's: named, not replaced again
     model = build(config)
-    assert tokpos.hf.patch(model) == ["model.rotary_emb"]  # the one call reaches this family
+    assert tokpos.hf.patch(model) == NAMES  # the one call reaches this family
     assert isinstance(model.model.rotary_emb, _llama.HFRotary)
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
     assert _llama.patch(gpt2) is None
@@ -204,7 +209,8 @@ def test_a_config_tokpos_reads_differently_is_left_with_a_warning():
     model = build(config)
     before = model.model.rotary_emb
     with pytest.warns(UserWarning, match=r"model.rotary_emb \(LlamaRotaryEmbedding\) left as it is: its 8 frequencies"):
-        assert _llama.patch(model) == []
+        # The application of cos and sin does not depend on how they were made: still tokpos's.
+        assert _llama.patch(model) == NAMES[1:]
     assert model.model.rotary_emb is before
 
 
@@ -229,7 +235,7 @@ def mrope_text_model(family):
 def test_multimodal_rotary_text_models(family):
     config, plain = mrope_text_model(family)
     _, patched = mrope_text_model(family)
-    assert _llama.patch(patched) == ["rotary_emb"]
+    assert _llama.patch(patched) == ["rotary_emb", "layers.0.self_attn", "layers.1.self_attn"]
     rope = patched.rotary_emb.rope
     assert rope.mrope_section == list(plain.rotary_emb.mrope_section)
     assert rope.mrope_interleaved == (family == "qwen3_vl")
@@ -259,7 +265,7 @@ def test_gemma3_one_rotary_per_layer_type():
                          "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}},
     )
     plain, patched, names = pair(config)
-    assert names == ["model.rotary_emb"]
+    assert names == NAMES
     rotary = patched.model.rotary_emb
     assert set(rotary.ropes) == {"sliding_attention", "full_attention"}
     assert rotary.ropes["full_attention"].rope_type == "linear"
@@ -268,3 +274,50 @@ def test_gemma3_one_rotary_per_layer_type():
         tt.RotaryEmbedding.from_config(config)
     rope = tt.RotaryEmbedding.from_config(config, layer_type="full_attention")
     torch.testing.assert_close(rope.inv_freq, plain.model.rotary_emb.full_attention_inv_freq.double(), rtol=4e-6, atol=0)
+
+
+def test_the_attention_patch_is_the_instance_s_alone():
+    config = config_of("llama")
+    plain, patched, names = pair(config)
+    cls = type(patched.model.layers[0].self_attn)
+    for layer in patched.model.layers:
+        assert getattr(layer.self_attn.__dict__["forward"], "tokpos_application", False)
+    # The class and any other model of it keep transformers' forward and function.
+    assert "forward" not in plain.model.layers[0].self_attn.__dict__
+    assert not getattr(cls.forward, "tokpos_application", False)
+    fn = patched.model.layers[0].self_attn.forward.__func__
+    inner = fn
+    while hasattr(inner, "__wrapped__"):
+        inner = inner.__wrapped__
+    from transformers.models.llama import modeling_llama
+
+    assert inner.__globals__["apply_rotary_pos_emb"].tokpos_original is modeling_llama.apply_rotary_pos_emb
+    assert modeling_llama.apply_rotary_pos_emb is not inner.__globals__["apply_rotary_pos_emb"]
+
+
+def test_the_application_falls_back_where_tokpos_does_not_apply():
+    config = config_of("llama")
+    _, patched, _ = pair(config)
+    fn = patched.model.layers[0].self_attn.forward.__func__
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    apply = fn.__globals__["apply_rotary_pos_emb"]
+    q = torch.randn(2, 4, 5, 16)
+    cos, sin = torch.randn(2, 5, 16, requires_grad=True), torch.randn(2, 5, 16)
+    want = apply.tokpos_original(q, q, cos, sin)
+    got = apply(q, q, cos, sin)  # cos needs its gradient: the model's own function
+    assert torch.equal(got[0], want[0]) and got[0].grad_fn is not None
+    got = apply(q, q, cos.detach().double(), sin.double())  # another dtype: the model's own promotion
+    assert got[0].dtype == torch.float64
+
+
+def test_a_training_step_matches():
+    config = config_of("qwen3")
+    plain, patched, _ = pair(config)
+    plain.train(), patched.train()
+    ids, mask = prompts(config, left_padded=True)
+    for m in (plain, patched):
+        m(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
+    for (name, a), (_, b) in zip(plain.named_parameters(), patched.named_parameters()):
+        scale = float(a.grad.abs().max())
+        assert float((a.grad - b.grad).abs().max()) <= 1e-5 * max(scale, 1e-3), name

@@ -22,7 +22,10 @@ own mrope_section.
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
+import types
 import warnings
 
 import numpy as np
@@ -30,7 +33,29 @@ import torch
 from torch import nn
 
 from .. import rope as _rope
-from .._torch_rope import RotaryEmbedding, _config_rope
+from .._torch_rope import RotaryEmbedding, _config_rope, rope_tables
+
+
+def _model_cos_sin(positions, inv_freq, scaling: float, section=None, interleaved: bool = False):
+    """(cos, sin) of tokpos's frequencies in transformers' own arithmetic:
+    the angle float32(position) * float32(inv_freq) in float32 (the product
+    its float32 matmul forms), each frequency's position from its axis of
+    mrope_axes with a section (multimodal rotary), the angles twice over
+    (rotate_half's layout), torch's float32 cos and sin of them, times
+    scaling in float32. torch's float32 cos and sin are within an ulp of
+    the rounded values, not always on them: the model's own module takes
+    them, so the patched model takes them too."""
+    inv = torch.as_tensor(inv_freq).float()
+    if section is None:
+        angle = positions.float()[..., None] * inv
+    else:
+        if positions.dim() == 2:
+            positions = positions.expand(3, *positions.shape)  # the same position on every axis, as transformers
+        per_axis = positions.float()[..., None] * inv  # (3, B, T, half)
+        axes = torch.tensor(_rope.mrope_axes(section, inv.shape[0], interleaved=interleaved))
+        angle = per_axis.gather(0, axes.expand(1, *per_axis.shape[1:])).squeeze(0)
+    emb = torch.cat([angle, angle], dim=-1)
+    return emb.cos() * scaling, emb.sin() * scaling
 
 
 class HFRotary(nn.Module):
@@ -62,13 +87,7 @@ class HFRotary(nn.Module):
             seq_len = int(positions.max()) + 1  # transformers' dynamic_rope_update reads the same
         inv_freq, _ = rope._frequencies(seq_len, "tokpos.hf rotary")
         inv_freq = inv_freq.cpu()  # tokpos computes on the CPU; cos and sin then go to x's device
-        if rope.mrope_section is None:
-            cos, sin = _rope.rope_cos_sin(positions, inv_freq, attention_factor=scaling, angle="float32")
-        else:
-            cos, sin = _rope.mrope_cos_sin(
-                positions, inv_freq, rope.mrope_section, interleaved=rope.mrope_interleaved, attention_factor=scaling,
-                angle="float32",
-            )
+        cos, sin = _model_cos_sin(positions, inv_freq, scaling, rope.mrope_section, rope.mrope_interleaved)
         return cos.to(device=x.device, dtype=x.dtype), sin.to(device=x.device, dtype=x.dtype)
 
     def extra_repr(self) -> str:
@@ -184,13 +203,185 @@ def _replacement(module, kind):
     return HFRotary(ropes, scalings, rope_type), None
 
 
+# ---- The application: apply_rotary_pos_emb in the attention ----------------------
+
+_TABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _function_code(fn):
+    """fn's definition as an AST dump without its decorators and docstring
+    (the copies of one function in transformers' model files differ only
+    there, and in comments); None when fn has no Python source."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(fn))))
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return None
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, ast.FunctionDef):
+        return None
+    node.decorator_list = []
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0].value, "value", None), str):
+        node.body = body[1:]
+    return ast.dump(node)
+
+
+def _application_sources() -> dict:
+    """The apply_rotary_pos_emb tokpos stands in for, by their code: Llama's
+    (every dim of the head rotates; the result laid out as q, as torch's
+    elementwise ops give it) and GPT-NeoX's and Phi-3's (the first
+    cos.shape[-1] dims rotate, the rest pass through; the result contiguous,
+    as torch.cat gives it), each with Llama's rotate_half (pairs i, i + R/2).
+    Each maps to whether its result is contiguous."""
+    from transformers.models.gpt_neox import modeling_gpt_neox
+    from transformers.models.llama import modeling_llama
+    from transformers.models.phi3 import modeling_phi3
+
+    return {
+        "rotate_half": _function_code(modeling_llama.rotate_half),
+        _function_code(modeling_llama.apply_rotary_pos_emb): False,
+        _function_code(modeling_gpt_neox.apply_rotary_pos_emb): True,
+        _function_code(modeling_phi3.apply_rotary_pos_emb): True,
+    }
+
+
+def _tokpos_reads(q, k, cos, sin, unsqueeze_dim):
+    """heads_first for tokpos's application of cos and sin to q and k, or
+    None where the model's own function must run (another device or dtype,
+    shapes it broadcasts otherwise, a cos or sin that needs its gradient)."""
+    tensors = (q, k, cos, sin)
+    if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in tensors):
+        return None
+    if any(t.dtype != q.dtype for t in tensors) or q.dtype not in _TABLE_DTYPES:
+        return None
+    if q.dim() != 4 or k.dim() != 4 or cos.dim() != 3 or cos.shape != sin.shape:
+        return None
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+        return None
+    if unsqueeze_dim not in (1, 2, -3, -2):
+        return None
+    heads_first = unsqueeze_dim in (1, -3)
+    R = cos.shape[-1]
+    for x in (q, k):
+        B, T = x.shape[0], x.shape[2 if heads_first else 1]
+        if cos.shape[0] not in (1, B) or cos.shape[1] != T or R % 2 or R > x.shape[-1]:
+            return None
+    return heads_first
+
+
+def _application(original, contiguous: bool):
+    """apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1) through tokpos's
+    apply_rope_tables (the model's formula's bits), falling back to the
+    model's own function where tokpos does not apply."""
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        heads_first = _tokpos_reads(q, k, cos, sin, unsqueeze_dim)
+        if heads_first is None:
+            return original(q, k, cos, sin, unsqueeze_dim)
+        return (
+            rope_tables(q, cos, sin, "half", False, heads_first, contiguous),
+            rope_tables(k, cos, sin, "half", False, heads_first, contiguous),
+        )
+
+    apply_rotary_pos_emb.tokpos_original = original
+    return apply_rotary_pos_emb
+
+
+def _rebuilt(fn, globals_):
+    """A copy of the plain function fn that reads globals_ as its globals."""
+    new = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    for attr in ("__module__", "__qualname__", "__doc__", "__annotations__"):
+        setattr(new, attr, getattr(fn, attr))
+    new.__dict__.update(fn.__dict__)
+    return new
+
+
+def _rewrapped(wrapper, inner, new_inner):
+    """A copy of wrapper (a decorator's closure around inner) around
+    new_inner instead, or None when inner is not in its closure."""
+    cells, found = [], False
+    for cell in wrapper.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            cells.append(cell)
+            continue
+        if value is inner:
+            cells.append(types.CellType(new_inner))
+            found = True
+        else:
+            cells.append(cell)
+    if not found:
+        return None
+    new = types.FunctionType(wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__,
+                             tuple(cells))
+    new.__kwdefaults__ = wrapper.__kwdefaults__
+    for attr in ("__module__", "__qualname__", "__doc__", "__annotations__"):
+        setattr(new, attr, getattr(wrapper, attr))
+    new.__dict__.update(wrapper.__dict__)
+    new.__wrapped__ = new_inner
+    return new
+
+
+def _attention_forward(module, sources: dict):
+    """module's class forward with tokpos's application of cos and sin in
+    place of the apply_rotary_pos_emb it calls (its decorators kept), or
+    None when that function is not one tokpos stands in for."""
+    chain = [getattr(type(module), "forward", None)]
+    while hasattr(chain[-1], "__wrapped__"):
+        chain.append(chain[-1].__wrapped__)
+    inner = chain[-1]
+    if not isinstance(inner, types.FunctionType) or "apply_rotary_pos_emb" not in inner.__code__.co_names:
+        return None
+    original = inner.__globals__.get("apply_rotary_pos_emb")
+    if original is None or _function_code(inner.__globals__.get("rotate_half")) != sources["rotate_half"]:
+        return None
+    contiguous = sources.get(_function_code(original))
+    if contiguous is None:
+        return None
+    globals_ = dict(inner.__globals__)
+    globals_["apply_rotary_pos_emb"] = _application(original, contiguous)
+    new = _rebuilt(inner, globals_)
+    for wrapper, wrapped in zip(reversed(chain[:-1]), reversed(chain[1:])):
+        if not isinstance(wrapper, types.FunctionType):
+            return None
+        new = _rewrapped(wrapper, wrapped, new)
+        if new is None:
+            return None
+    new.tokpos_application = True
+    return new
+
+
+def _patch_attention(model) -> list[str]:
+    """Gives each attention module of model that calls a known
+    apply_rotary_pos_emb a forward that applies cos and sin through tokpos
+    (an instance attribute: the class and other models are untouched);
+    returns their names."""
+    sources = _application_sources()
+    names = []
+    for name, module in model.named_modules():
+        if getattr(module.__dict__.get("forward"), "tokpos_application", False):
+            names.append(name)
+            continue
+        forward = _attention_forward(module, sources) if name else None
+        if forward is None:
+            continue
+        module.forward = types.MethodType(forward, module)
+        names.append(name)
+    return names
+
+
 def patch(model) -> list[str] | None:
     """Replaces, in place, each rotary embedding module of model that runs
     transformers' shared rotary code (or Qwen2-VL's or Qwen3-VL's
     multimodal one) with a HFRotary (tokpos's cos and sin,
-    the module's attention_scaling kept); returns the replaced modules'
-    names, or None when model has no such module. A module of that code
-    whose frequencies tokpos would not reproduce (a config it reads
+    the module's attention_scaling kept), and gives each attention module
+    that applies cos and sin with Llama's or GPT-NeoX's apply_rotary_pos_emb
+    a forward that applies them through tokpos.apply_rope_tables; returns
+    the replaced modules' names (the rotary modules, then the attention
+    modules), or None when model has no such rotary module. A module of that
+    code whose frequencies tokpos would not reproduce (a config it reads
     differently) is left in place and named in a warning."""
     sources = _sources()
     replaced, found = [], False
@@ -210,4 +401,6 @@ def patch(model) -> list[str] | None:
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, new)
         replaced.append(name)
-    return replaced if found else None
+    if not found:
+        return None
+    return replaced + _patch_attention(model)

@@ -136,7 +136,132 @@ void apply(const RopeApply& r, const Exec& ex) {
   }
 }
 
+// A value rounded to E and back (the rounding torch applies after each
+// elementwise op in E); float32 is left as it is.
+template <typename E>
+__attribute__((always_inline)) inline float rnd(float v) {
+  if constexpr (std::is_same_v<E, float>) {
+    return v;
+  } else {
+    return widen(narrow<E>(v));
+  }
+}
+
+// One head of apply_rope_tables' forward (sign +1) or inverse (sign -1) for
+// the half layout: pair i is (i, i + half), its cos and sin at [i] and
+// [i + half] of the row. Each iteration reads its pair before writing it
+// and touches no other element, so vectors of iterations are safe when out
+// is x (ivdep).
+template <typename E, bool Inverse>
+__attribute__((always_inline)) inline void rotate_halves_by(const E* xr, E* orow, const E* __restrict__ cr,
+                                                            const E* __restrict__ sr, int64_t half) {
+TOKPOS_IVDEP
+  for (int64_t i = 0; i < half; ++i) {
+    const float x0 = widen(xr[i]), x1 = widen(xr[i + half]);
+    const float c0 = widen(cr[i]), c1 = widen(cr[i + half]), s0 = widen(sr[i]), s1 = widen(sr[i + half]);
+    const float a0 = rnd<E>(x0 * c0), a1 = rnd<E>(x1 * c1);
+    if constexpr (Inverse) {
+      orow[i] = narrow<E>(a0 + rnd<E>(x1 * s1));
+      orow[i + half] = narrow<E>(a1 - rnd<E>(x0 * s0));
+    } else {
+      orow[i] = narrow<E>(a0 - rnd<E>(x1 * s0));
+      orow[i + half] = narrow<E>(a1 + rnd<E>(x0 * s1));
+    }
+  }
+}
+
+// The same for the interleaved layout, pair i = (2i, 2i + 1). Written as
+// one loop, GCC's vectorizer turns its alternating difference and sum into
+// fused multiply-add-subtract instructions (vfmaddsub) in spite of
+// -ffp-contract=off, rounding each pair once instead of three times; so the
+// rounded products of a chunk of pairs go through a buffer first and are
+// combined in a second loop. A chunk is read whole before any of it is
+// written, so out may be x.
+template <typename E, bool Inverse>
+__attribute__((always_inline)) inline void rotate_pairs_by(const E* xr, E* orow, const E* __restrict__ cr,
+                                                           const E* __restrict__ sr, int64_t half) {
+  constexpr int64_t kChunk = 32;  // pairs
+  float with_cos[2 * kChunk], with_sin[2 * kChunk];
+  for (int64_t i0 = 0; i0 < half; i0 += kChunk) {
+    const int64_t n = half - i0 < kChunk ? half - i0 : kChunk;
+    const E* x = xr + 2 * i0;
+    const E* c = cr + 2 * i0;
+    const E* s = sr + 2 * i0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float x0 = widen(x[2 * i]), x1 = widen(x[2 * i + 1]);
+      with_cos[2 * i] = rnd<E>(x0 * widen(c[2 * i]));
+      with_cos[2 * i + 1] = rnd<E>(x1 * widen(c[2 * i + 1]));
+      // Forward: x1 s0 and x0 s1; inverse: x1 s1 and x0 s0.
+      with_sin[2 * i] = rnd<E>(x1 * widen(s[2 * i + (Inverse ? 1 : 0)]));
+      with_sin[2 * i + 1] = rnd<E>(x0 * widen(s[2 * i + (Inverse ? 0 : 1)]));
+    }
+    E* o = orow + 2 * i0;
+    for (int64_t i = 0; i < n; ++i) {
+      o[2 * i] = narrow<E>(Inverse ? with_cos[2 * i] + with_sin[2 * i] : with_cos[2 * i] - with_sin[2 * i]);
+      o[2 * i + 1] =
+          narrow<E>(Inverse ? with_cos[2 * i + 1] - with_sin[2 * i + 1] : with_cos[2 * i + 1] + with_sin[2 * i + 1]);
+    }
+  }
+}
+
+template <typename E, bool Inverse>
+TOKPOS_KERNEL_CLONES void rope_table_rows(const RopeTables& r, int64_t n0, int64_t n1) {
+  const int64_t half = r.R / 2;
+  const E* x = static_cast<const E*>(r.x);
+  E* out = static_cast<E*>(r.out);
+  const E* cosv = static_cast<const E*>(r.cos);
+  const E* sinv = static_cast<const E*>(r.sin);
+  const bool half_layout = r.layout == RopeLayout::kHalf;
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t b = n / r.T, t = n % r.T;
+    const E* cr = cosv + b * r.csb + t * r.cst;
+    const E* sr = sinv + b * r.ssb + t * r.sst;
+    for (int64_t h = 0; h < r.H; ++h) {
+      const E* xr = x + b * r.xsb + t * r.xst + h * r.xsh;
+      E* orow = out + b * r.osb + t * r.ost + h * r.osh;
+      if (half_layout) {
+        // The common head sizes with a fixed trip count (see rope_rows).
+        if (half == 64) {
+          rotate_halves_by<E, Inverse>(xr, orow, cr, sr, 64);
+        } else if (half == 32) {
+          rotate_halves_by<E, Inverse>(xr, orow, cr, sr, 32);
+        } else {
+          rotate_halves_by<E, Inverse>(xr, orow, cr, sr, half);
+        }
+      } else {
+        rotate_pairs_by<E, Inverse>(xr, orow, cr, sr, half);
+      }
+      for (int64_t d = r.R; d < r.D; ++d) orow[d] = xr[d];
+    }
+  }
+}
+
+template <typename E, bool Inverse>
+void apply_tables(const RopeTables& r, const Exec& ex) {
+  const int64_t N = r.B * r.T;
+  const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, N * r.H * r.D);
+  if (nt == 1) return rope_table_rows<E, Inverse>(r, 0, N);
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
+    rope_table_rows<E, Inverse>(r, N * k / team, N * (k + 1) / team);
+  }
+}
+
+template <typename E>
+void apply_tables(const RopeTables& r, const Exec& ex) {
+  return r.inverse ? apply_tables<E, true>(r, ex) : apply_tables<E, false>(r, ex);
+}
+
 }  // namespace
+
+void apply_rope_tables(const RopeTables& r, const Exec& ex) {
+  switch (r.type) {
+    case DType::kBF16: return apply_tables<fp::bf16_t>(r, ex);
+    case DType::kF16: return apply_tables<fp::f16_t>(r, ex);
+    default: return apply_tables<float>(r, ex);
+  }
+}
 
 void apply_rope(const RopeApply& r, const Exec& ex) {
   switch (r.type) {

@@ -160,13 +160,15 @@ void index_add_rows_f64_ref(const GradTarget64& a, const GradTarget64& b, const 
 }  // namespace
 
 void apply_rope_ref(const RopeApply& r, const Exec& ex);  // reference/rope.cc
+void apply_rope_tables_ref(const RopeTables& r, const Exec& ex);  // reference/rope.cc
 void compose_quant_ref(const QuantGather& q, const Exec& ex);  // reference/quant.cc
 
 const KernelTable& reference_kernels() {
   static const KernelTable table{"reference",         0.0,
                                  compose_forward_ref, compose_typed_ref,
                                  index_add_rows_ref,  apply_rope_ref,
-                                 compose_quant_ref,   index_add_rows_f64_ref};
+                                 compose_quant_ref,   index_add_rows_f64_ref,
+                                 apply_rope_tables_ref};
   return table;
 }
 
