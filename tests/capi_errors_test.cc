@@ -133,6 +133,63 @@ TEST(CApi, ComposeForwardExMatchesTheFloatPathAndChecksDtypes) {
   }
 }
 
+// A float64 lookup through the raw pointers: out, token_table and pos_table
+// all double, each element the one double addition of a plain loop (no
+// float32 step: the tables hold values float32 cannot). float64 beside
+// another dtype is the op's refusal, naming both, with out untouched.
+TEST(CApi, ComposeForwardExTakesFloat64Throughout) {
+  const int64_t V = 10, L = 6, D = 5, B = 2, T = 3;
+  std::vector<double> tok(V * D), pos(L * D);
+  for (size_t k = 0; k < tok.size(); ++k) {
+    tok[k] = std::ldexp(1.0 + 1.0 / 3.0, static_cast<int>(k % 7)) * (k % 2 ? -1 : 1);
+  }
+  for (size_t k = 0; k < pos.size(); ++k) pos[k] = 1.0 / static_cast<double>(k + 3);
+  const std::vector<int64_t> ids = {1, 2, 3, 9, 0, 4};
+  std::vector<double> want(B * T * D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d)
+        want[(b * T + t) * D + d] = tok[ids[b * T + t] * D + d] + pos[t * D + d];
+  std::vector<double> out(B * T * D, -7.0);
+  ASSERT_EQ(tokpos_compose_forward_ex(out.data(), TOKPOS_DTYPE_F64, ids.data(), B, T, tok.data(),
+                                      TOKPOS_DTYPE_F64, V, pos.data(), TOKPOS_DTYPE_F64, L, D),
+            TOKPOS_OK)
+      << tokpos_last_error();
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * sizeof(double)), 0);
+  EXPECT_NE(static_cast<double>(static_cast<float>(want[0])), want[0]);  // the check sees a float32 rounding
+
+  // float64 beside float32, in each role: refused, nothing written.
+  const auto tok32 = noise(V * D, 22), pos32 = noise(L * D, 23);
+  std::vector<float> out32(B * T * D, 3.0f);
+  const std::vector<double> out_before = out;
+  const std::vector<float> out32_before = out32;
+  EXPECT_EQ(tokpos_compose_forward_ex(out.data(), TOKPOS_DTYPE_F64, ids.data(), B, T, tok.data(),
+                                      TOKPOS_DTYPE_F64, V, pos32.data(), TOKPOS_DTYPE_F32, L, D),
+            TOKPOS_UNIMPLEMENTED);
+  expect_message({"tokpos_compose_forward_ex", "token_table is f64 but pos_table is f32"});
+  EXPECT_EQ(tokpos_compose_forward_ex(out.data(), TOKPOS_DTYPE_F64, ids.data(), B, T, tok32.data(),
+                                      TOKPOS_DTYPE_F32, V, pos32.data(), TOKPOS_DTYPE_F32, L, D),
+            TOKPOS_UNIMPLEMENTED);
+  expect_message({"out is f64 but token_table is f32", "float64 for every table, output and gradient"});
+  EXPECT_EQ(tokpos_compose_forward_ex(out32.data(), TOKPOS_DTYPE_F32, ids.data(), B, T, tok32.data(),
+                                      TOKPOS_DTYPE_F32, V, pos.data(), TOKPOS_DTYPE_F64, L, D),
+            TOKPOS_UNIMPLEMENTED);
+  expect_message({"pos_table is f64 but token_table is f32"});
+  EXPECT_EQ(std::memcmp(out.data(), out_before.data(), out.size() * sizeof(double)), 0);
+  EXPECT_TRUE(bitwise_equal(out32, out32_before));
+
+  // The index types and values past the enum are not table types.
+  EXPECT_EQ(tokpos_compose_forward_ex(out.data(), TOKPOS_DTYPE_F64, ids.data(), B, T, tok.data(),
+                                      TOKPOS_DTYPE_I64, V, pos.data(), TOKPOS_DTYPE_F64, L, D),
+            TOKPOS_INVALID_ARGUMENT);
+  expect_message({"token_dtype 4 is outside [0, 2] and is not TOKPOS_DTYPE_F64 (5)"});
+  EXPECT_EQ(tokpos_compose_forward_ex(out.data(), static_cast<tokpos_dtype>(6), ids.data(), B, T, tok.data(),
+                                      TOKPOS_DTYPE_F64, V, pos.data(), TOKPOS_DTYPE_F64, L, D),
+            TOKPOS_INVALID_ARGUMENT);
+  expect_message({"out_dtype 6 is outside [0, 1] and is not TOKPOS_DTYPE_F64 (5)"});
+  EXPECT_EQ(std::memcmp(out.data(), out_before.data(), out.size() * sizeof(double)), 0);
+}
+
 TEST(CApi, ComposeBackwardErrorsLeaveGradientsUntouched) {
   const int64_t V = 10, L = 4, D = 3, B = 1, T = 3;
   auto g_tok = noise(V * D, 4), g_pos = noise(L * D, 5);

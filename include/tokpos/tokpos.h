@@ -21,8 +21,11 @@
  * Shapes follow llm.c: B batch, T time, D width, V vocabulary, L max context.
  * Tables are row-major. The raw-pointer functions take float32 tables,
  * except the _ex variants, which also take bfloat16 and float16 (uint16_t
- * bits; see tokpos_dtype); the ops take float32, bfloat16 or float16
- * tables and outputs. Gradients are float32.
+ * bits; see tokpos_dtype), and tokpos_compose_forward_ex float64 (double);
+ * the ops take float32, bfloat16 or float16 tables and outputs. Gradients
+ * are float32. A float64 lookup (tokpos_op_compose_forward and _backward,
+ * tokpos_compose_forward_ex) is float64 throughout: every table, output and
+ * gradient of the call float64, summed in double.
  */
 #ifndef TOKPOS_TOKPOS_H
 #define TOKPOS_TOKPOS_H
@@ -333,7 +336,7 @@ typedef enum tokpos_dtype {
   TOKPOS_DTYPE_F16 = 2,  /* uint16_t bits of IEEE binary16 */
   TOKPOS_DTYPE_I32 = 3,  /* int32_t (ids and positions; not a table type) */
   TOKPOS_DTYPE_I64 = 4,  /* int64_t (ids and positions; not a table type) */
-  TOKPOS_DTYPE_F64 = 5,  /* double (DLTensor lookups only; the raw-pointer functions refuse it) */
+  TOKPOS_DTYPE_F64 = 5,  /* double (lookups only: the DLTensor compose ops and tokpos_compose_forward_ex) */
   TOKPOS_DTYPE_MIN_ENUM_ = -0x7fffffff - 1, /* range markers, as for tokpos_status */
   TOKPOS_DTYPE_MAX_ENUM_ = 0x7fffffff
 } tokpos_dtype;
@@ -362,7 +365,12 @@ TOKPOS_API tokpos_status tokpos_compose_forward(float* out, const int64_t* ids, 
 /* tokpos_compose_forward with 16-bit tables and/or a bf16 output: token and
  * position rows are read in their own dtype, summed in float32, and stored
  * as out_dtype (TOKPOS_DTYPE_F32, or TOKPOS_DTYPE_BF16 rounded to nearest
- * even). Same checks and guarantees as tokpos_compose_forward. */
+ * even). Or a float64 lookup: out, token_table and pos_table all
+ * TOKPOS_DTYPE_F64 (double), summed in double with no rounding; float64
+ * beside another dtype is TOKPOS_UNIMPLEMENTED, naming both. token_dtype
+ * and pos_dtype take F32, BF16, F16 or F64, out_dtype F32, BF16 or F64
+ * (else TOKPOS_INVALID_ARGUMENT). Same checks and guarantees as
+ * tokpos_compose_forward. */
 TOKPOS_API tokpos_status tokpos_compose_forward_ex(void* out, tokpos_dtype out_dtype, const int64_t* ids,
                                                    int64_t B, int64_t T, const void* token_table,
                                                    tokpos_dtype token_dtype, int64_t V, const void* pos_table,

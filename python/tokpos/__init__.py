@@ -62,6 +62,7 @@ __all__ = [
 
 LAYOUTS = tuple(_core.layout_names())  # the core's layout_name of every layout, in order
 DTYPES = ("float32", "float16", "bfloat16")
+LOOKUP_DTYPES = (*DTYPES, "float64")  # compose's tables: a float64 lookup is float64 throughout
 FRAMEWORKS = ("numpy", "torch")
 
 
@@ -161,7 +162,9 @@ def compose(ids, token_table, pos_table=None, *, position_ids=None, start: int =
     when given, else start + t. ids (B, T) gives (B, T, D); ids (N) gives
     (N, D). pos_table None: token rows only. out (optional) is written in
     place and returned; otherwise a new array of token_table's dtype, in the
-    caller's framework, is returned.
+    caller's framework, is returned. A float64 lookup is float64 throughout:
+    float64 tables and out, summed in double; float64 beside another dtype
+    raises ValueError naming both.
 
     token_table may be a tokpos.QuantizedTable, or any object with ggml_type,
     data and shape (a GGUF file's tensor): each row is dequantized as ggml's
@@ -178,8 +181,10 @@ def compose(ids, token_table, pos_table=None, *, position_ids=None, start: int =
         dim = token_table.shape[1] if len(token_table.shape) == 2 else 0
         framework = _framework(ids, token_table, pos_table, position_ids)
         dtype = _dtype_name(token_table)
-        if dtype not in DTYPES:
-            raise ValueError(f"tokpos.compose: token_table has dtype {dtype}; expected float32, bfloat16 or float16")
+        if dtype not in LOOKUP_DTYPES:
+            raise ValueError(
+                f"tokpos.compose: token_table has dtype {dtype}; expected float32, bfloat16, float16 or float64"
+            )
         out = _empty(tuple(ids.shape) + (dim,), dtype, framework)
     else:
         out = _writable(_array(out, "out"), "out")
@@ -206,7 +211,8 @@ def compose_backward(d_out, ids, *, d_token_table=None, d_pos_table=None, positi
     """Adds the gradient of compose into d_token_table (V, D) and d_pos_table
     (L, D), in place; either may be None. Only the rows that appear change,
     and the order of the additions is fixed: the result is bitwise identical
-    for any thread count. float32 gradients."""
+    for any thread count. float32 gradients and d_out, or all float64 (a
+    float64 lookup's, added in double)."""
     d_out = _array(d_out, "d_out")
     ids = _array(ids, "ids", index=True)
     position_ids = _array(position_ids, "position_ids", index=True)

@@ -77,10 +77,13 @@ std::optional<int64_t> optional_row(int64_t row) {
   return row == -1 ? std::nullopt : std::optional<int64_t>(row);
 }
 
-// A dtype argument of the raw-pointer API, in [0, max].
-DType dtype_arg(const char* fn, const char* name, tokpos_dtype d, tokpos_dtype max) {
+// A dtype argument of the raw-pointer API, in [0, max]; with f64, also
+// TOKPOS_DTYPE_F64 (a float64 lookup, whose op takes no other type beside it).
+DType dtype_arg(const char* fn, const char* name, tokpos_dtype d, tokpos_dtype max, bool f64 = false) {
+  if (f64 && d == TOKPOS_DTYPE_F64) return DType::kF64;
   if (d < TOKPOS_DTYPE_F32 || d > max)
-    fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ", static_cast<int>(max), "]");
+    fail(Status::kInvalidArgument, fn, name, " ", static_cast<int>(d), " is outside [0, ",
+         static_cast<int>(max), "]", f64 ? " and is not TOKPOS_DTYPE_F64 (5)" : "");
   return static_cast<DType>(d);
 }
 
@@ -200,9 +203,9 @@ tokpos_status compose_forward_shim(const char* fn, void* out, tokpos_dtype out_d
                                    const void* pos_table, tokpos_dtype pos_dtype, int64_t L, int64_t D) {
   return guard(fn, [&] {
     const bool used = B > 0 && T > 0;
-    const DType od = dtype_arg(fn, "out_dtype", out_dtype, TOKPOS_DTYPE_BF16);
-    const DType td = dtype_arg(fn, "token_dtype", token_dtype, TOKPOS_DTYPE_F16);
-    const DType pd = dtype_arg(fn, "pos_dtype", pos_dtype, TOKPOS_DTYPE_F16);
+    const DType od = dtype_arg(fn, "out_dtype", out_dtype, TOKPOS_DTYPE_BF16, true);
+    const DType td = dtype_arg(fn, "token_dtype", token_dtype, TOKPOS_DTYPE_F16, true);
+    const DType pd = dtype_arg(fn, "pos_dtype", pos_dtype, TOKPOS_DTYPE_F16, true);
     const TensorView o = tensor_of(fn, "out", out, od, {{"B", B}, {"T", T}, {"D", D, 1}}, used);
     const TensorView i = tensor_of(fn, "ids", ids, DType::kI64, {{"B", B}, {"T", T}}, used);
     const TensorView tok = tensor_of(fn, "token_table", token_table, td, {{"V", V, 1}, {"D", D, 1}}, used);

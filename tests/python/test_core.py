@@ -301,6 +301,68 @@ def test_compose_out_dtype_decides_rounding():
     assert np.array_equal(out, (tok[ids] + pos[:3]).astype(np.float16))
 
 
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (11,)])
+@pytest.mark.parametrize("with_pos", [False, True])
+def test_compose_float64_is_float64_throughout(shape, with_pos):
+    # float64 tables give a float64 out: each element the one double
+    # addition numpy makes, bit for bit (the tables hold values float32
+    # cannot, so a float32 step anywhere would show).
+    V, L, D = 40, 16, 9
+    tok, pos = table(V, D, np.float64, seed=60), table(L, D, np.float64, seed=61)
+    ids = rng(62).integers(0, V, size=shape)
+    pids = rng(63).integers(0, L, size=shape)
+    T = shape[-1]
+    positions = np.broadcast_to(np.arange(2, 2 + T), shape)
+    want = tok[ids] + pos[positions] if with_pos else tok[ids].copy()
+    got = tokpos.compose(ids, tok, pos if with_pos else None, start=2)
+    assert same_bits(got, want)
+    assert not np.array_equal(want, want.astype(F32).astype(np.float64))
+    if with_pos:
+        out = np.full(shape + (D,), -3.0)
+        assert tokpos.compose(ids, tok, pos, position_ids=pids, out=out) is out
+        assert same_bits(out, tok[ids] + pos[pids])
+
+
+def test_compose_float64_mixed_with_float32_is_refused():
+    V, L, D = 10, 6, 4
+    tok64, pos64 = table(V, D, np.float64, seed=64), table(L, D, np.float64, seed=65)
+    tok32, pos32 = table(V, D, seed=66), table(L, D, seed=67)
+    ids = np.array([[1, 9, 0]])
+    with pytest.raises(ValueError, match="token_table is f64 but pos_table is f32; a float64 lookup takes"):
+        tokpos.compose(ids, tok64, pos32)
+    with pytest.raises(ValueError, match="pos_table is f64 but token_table is f32"):
+        tokpos.compose(ids, tok32, pos64)
+    out32, out64 = np.full((1, 3, D), 5.0, F32), np.full((1, 3, D), 5.0)
+    with pytest.raises(ValueError, match="token_table is f64 but out is f32"):
+        tokpos.compose(ids, tok64, pos64, out=out32)
+    with pytest.raises(ValueError, match="out is f64 but token_table is f32"):
+        tokpos.compose(ids, tok32, pos32, out=out64)
+    assert np.all(out32 == 5.0) and np.all(out64 == 5.0)
+
+
+def test_compose_backward_float64():
+    # float64 gradients and d_out: added in double one source at a time in
+    # (b, t) order, as np.add.at adds them (rows used at most 64 times).
+    V, L, D = 12, 8, 5
+    ids = rng(68).integers(0, 4, size=(3, 8))
+    pids = rng(69).integers(0, L, size=(3, 8))
+    g = rng(70).standard_normal((3, 8, D))
+    d_tok, d_pos = table(V, D, np.float64, seed=71), table(L, D, np.float64, seed=72)
+    ref_tok, ref_pos = d_tok.copy(), d_pos.copy()
+    np.add.at(ref_tok, ids.ravel(), g.reshape(-1, D))
+    np.add.at(ref_pos, pids.ravel(), g.reshape(-1, D))
+    tokpos.compose_backward(g, ids, d_token_table=d_tok, d_pos_table=d_pos, position_ids=pids)
+    assert same_bits(d_tok, ref_tok) and same_bits(d_pos, ref_pos)
+    d32 = np.full((V, D), 5.0, F32)
+    with pytest.raises(ValueError, match="d_out is f64 but d_token_table is f32"):
+        tokpos.compose_backward(g, ids, d_token_table=d32)
+    assert np.all(d32 == 5.0)
+
+
 def test_compose_broadcast_inputs():
     # stride-0 views: the same position ids (and ids) for every batch row.
     V, L, D = 20, 10, 6
@@ -576,8 +638,8 @@ def test_shape_mismatches():
         tokpos.compose(ids, tok, table(6, 4), position_ids=np.array([[1, 2, 3]]), out=out)
     with pytest.raises(ValueError, match="token_table"):
         tokpos.compose(ids, tok[None])
-    with pytest.raises(ValueError, match="token_table"):
-        tokpos.compose(ids, tok.astype(np.float64))
+    with pytest.raises(ValueError, match="int32; expected float32, bfloat16, float16 or float64"):
+        tokpos.compose(ids, tok.astype(np.int32))
     with pytest.raises(ValueError, match="start"):
         tokpos.compose(ids, tok, start=-1)
     assert np.all(out == 9.0)

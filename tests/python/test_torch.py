@@ -323,11 +323,22 @@ def test_token_module_and_position_module_gradients():
     assert torch.equal(pos.weight.grad, rp.weight.grad)
 
 
+def test_gradcheck_float64():
+    # float64 tables are a float64 lookup (summed in double), gradcheck's own
+    # type: its default eps and tolerances.
+    ids = torch.tensor([[0, 2, 2], [4, 1, 0]])
+    pids = torch.tensor([[0, 1, 2], [3, 3, 0]])
+    w = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    p = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    for pos_ids in (None, pids):
+        assert torch.autograd.gradcheck(
+            lambda w, p: torch.ops.tokpos.compose(ids, w, p, pos_ids, 0, -1, False), (w, p)
+        )
+
+
 def test_gradcheck_float32():
-    # gradcheck is meant for float64, but tokpos's kernels take float32,
-    # bfloat16 and float16 tables only: it runs in float32 with a large eps
-    # (the function is linear, so finite differences are exact up to
-    # float32 rounding) and matching tolerances.
+    # In float32 too, with a large eps (the function is linear, so finite
+    # differences are exact up to float32 rounding) and matching tolerances.
     ids = torch.tensor([[0, 2, 2], [4, 1, 0]])
     pids = torch.tensor([[0, 1, 2], [3, 3, 0]])
     w = torch.randn(5, 3, requires_grad=True)
