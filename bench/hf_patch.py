@@ -34,7 +34,7 @@ from machine import cpu_details, cpu_model, fmt_ratio, fmt_time  # noqa: E402
 
 import tokpos  # noqa: E402
 import tokpos.hf  # noqa: E402
-from tokpos.hf import _bert, _gpt2  # noqa: E402
+from tokpos.hf import _bert, _gpt2, _llama  # noqa: E402
 
 
 def median_times(a, b, reps):
@@ -136,6 +136,30 @@ def main():
     with torch.no_grad():
         agree &= torch.equal(bert_stage(), bert_fused())
         rows[f"BERT sum B={bB} T={bT} (MiniLM's shape)"] = median_times(bert_stage, bert_fused, reps)
+
+    # The Llama family's application of cos and sin to q and k (one attention
+    # layer's apply_rotary_pos_emb), at Llama-2-7B's heads (32 of 128) as the
+    # attention holds them: the (B, T, H, D) projection viewed (B, H, T, D).
+    from transformers.models.llama import modeling_llama
+
+    heads, hd = (4, 16) if args.quick else (32, 128)
+    for lB, lT in ((1, 16 if args.quick else 512), (8, 1)):
+        q = torch.randn(lB, lT, heads * hd, generator=g).view(lB, lT, heads, hd).transpose(1, 2)
+        k = torch.randn(lB, lT, heads * hd, generator=g).view(lB, lT, heads, hd).transpose(1, 2)
+        angle = torch.rand(1, lT, hd // 2, generator=g) * 100
+        cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+        theirs = modeling_llama.apply_rotary_pos_emb
+        ours = _llama._application(theirs, contiguous=False)
+        with torch.no_grad():
+            a, b = theirs(q, k, cos, sin), ours(q, k, cos, sin)
+            # The same values in the same memory order (a stride of a size-1 dimension addresses nothing).
+            agree &= all(
+                torch.equal(x, y) and all(n == 1 or sx == sy for n, sx, sy in zip(x.shape, x.stride(), y.stride()))
+                for x, y in zip(a, b)
+            )
+            rows[f"Llama q, k rotation B={lB} T={lT} H={heads} D={hd}"] = median_times(
+                lambda: theirs(q, k, cos, sin), lambda: ours(q, k, cos, sin), reps
+            )
 
     whole = ids[:1, : min(T, 128)]
     with torch.no_grad():

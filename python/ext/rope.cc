@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -104,6 +105,38 @@ void bind_rope(nb::module_& m) {
       },
       nb::arg("out"), nb::arg("x"), nb::arg("cos"), nb::arg("sin"), nb::arg("layout"), nb::arg("inverse"),
       nb::arg("where"));
+
+  // The same by address, shape and element strides (torch's CPU tensors,
+  // whose DLPack capsules cost more than a decode step's kernel): dtype a
+  // tokpos::DType code, shared by all four; cos and sin share a shape.
+  m.def(
+      "apply_rope_tables_raw",
+      [](uintptr_t out, uintptr_t x, uintptr_t cos, uintptr_t sin, int dtype, const std::vector<int64_t>& x_shape,
+         const std::vector<int64_t>& x_strides, const std::vector<int64_t>& out_strides,
+         const std::vector<int64_t>& cos_shape, const std::vector<int64_t>& cos_strides,
+         const std::vector<int64_t>& sin_strides, const std::string& layout, bool inverse, const char* where) {
+        if (dtype < 0 || dtype > static_cast<int>(DType::kF64)) {
+          throw Error(Status::kInvalidArgument, std::string(where) + ": unknown dtype code " + std::to_string(dtype));
+        }
+        if (x_strides.size() != x_shape.size() || out_strides.size() != x_shape.size() ||
+            cos_strides.size() != cos_shape.size() || sin_strides.size() != cos_shape.size()) {
+          throw Error(Status::kInvalidArgument, std::string(where) + ": every shape needs one stride per dimension");
+        }
+        RopeTablesOptions o;
+        o.layout = layout_named(layout, where);
+        o.inverse = inverse;
+        const std::string w = where;
+        o.where = w.c_str();
+        const auto d = static_cast<DType>(dtype);
+        auto ptr = [](uintptr_t a) { return reinterpret_cast<const void*>(a); };
+        const TensorView ov(ptr(out), d, x_shape, out_strides), xv(ptr(x), d, x_shape, x_strides);
+        const TensorView cv(ptr(cos), d, cos_shape, cos_strides), sv(ptr(sin), d, cos_shape, sin_strides);
+        nb::gil_scoped_release release;
+        ops::apply_rope_tables(ov, xv, cv, sv, o);
+      },
+      nb::arg("out"), nb::arg("x"), nb::arg("cos"), nb::arg("sin"), nb::arg("dtype"), nb::arg("x_shape"),
+      nb::arg("x_strides"), nb::arg("out_strides"), nb::arg("cos_shape"), nb::arg("cos_strides"),
+      nb::arg("sin_strides"), nb::arg("layout"), nb::arg("inverse"), nb::arg("where"));
 }
 
 }  // namespace tokpos::python

@@ -18,8 +18,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from . import _core
 from . import rope as _rope
 from ._torch_modules import check_int as _check_int
+from ._torch_ops import _TABLE_CODES
 from ._torch_ops import plain as _plain
 from ._torch_ops import require_cpu as _require_cpu
 
@@ -189,13 +191,42 @@ def _rope_tables_out(x, contiguous: bool) -> Tensor:
     return torch.empty_like(x, memory_format=torch.preserve_format)
 
 
-def _apply_rope_tables_new(x, cos, sin, layout, inverse, heads_first, contiguous) -> Tensor:
-    """x rotated by cos and sin into a new tensor of x's shape and dtype
-    (heads_first: x and the result are (…, H, T, D)); the custom op's body
-    and the inference path both run it."""
-    out = _rope_tables_out(x, contiguous)
+def _apply_rope_tables_dlpack(x, cos, sin, layout, inverse, heads_first, out) -> Tensor:
+    """The DLPack call: any strides (rows copied contiguous where they are
+    not), and errors that name what is wrong."""
+    cos, sin = _rope._batch_positions(cos, tuple(x.shape)), _rope._batch_positions(sin, tuple(x.shape))
     _rope.apply_rope_tables(
         _plain(x), _plain(cos), _plain(sin), layout=layout, inverse=inverse, heads_first=heads_first, out=out
+    )
+    return out
+
+
+def _apply_rope_tables_new(x, cos, sin, layout, inverse, heads_first, contiguous) -> Tensor:
+    """x rotated by cos and sin into a new tensor of x's shape and dtype
+    (heads_first: x and the result are (…, H, T, D)); cos and sin (1, T, R)
+    are shared by every b. The custom op's body and the inference path both
+    run it."""
+    out = _rope_tables_out(x, contiguous)
+    code = _TABLE_CODES.get(x.dtype)
+    plain = code is not None and cos.dtype == x.dtype and sin.dtype == x.dtype and x.is_cpu and cos.is_cpu
+    if not (plain and sin.is_cpu and x.stride(-1) == 1 and cos.stride(-1) == 1 and sin.stride(-1) == 1):
+        return _apply_rope_tables_dlpack(x, cos, sin, layout, inverse, heads_first, out)
+    # By address (a decode step's kernel costs less than four DLPack capsules):
+    # the tensors' own shapes and strides, in the kernel's (…, T, H, D) order,
+    # a (1, T, R) cos and sin with stride 0 over x's B.
+    shape, xs, os_ = list(x.shape), list(x.stride()), list(out.stride())
+    if heads_first and len(shape) >= 3:
+        for v in (shape, xs, os_):
+            v[-3], v[-2] = v[-2], v[-3]
+    cshape, cs, ss = list(cos.shape), list(cos.stride()), list(sin.stride())
+    if tuple(sin.shape) != tuple(cshape):
+        # The DLPack call names which one differs.
+        return _apply_rope_tables_dlpack(x, cos, sin, layout, inverse, heads_first, out)
+    if len(shape) == 4 and len(cshape) == 3 and cshape[0] == 1:
+        cshape[0], cs[0], ss[0] = shape[0], 0, 0
+    _core.apply_rope_tables_raw(
+        out.data_ptr(), x.data_ptr(), cos.data_ptr(), sin.data_ptr(), code, shape, xs, os_, cshape, cs, ss, layout,
+        inverse, "tokpos.torch.apply_rope_tables",
     )
     return out
 
@@ -236,8 +267,8 @@ _apply_rope_tables_op.register_autograd(_apply_rope_tables_backward, setup_conte
 def rope_tables(x, cos, sin, layout: str, inverse: bool, heads_first: bool, contiguous: bool) -> Tensor:
     """apply_rope_tables after its checks: through the custom op when
     autograd or the compiler needs it, the kernel directly otherwise."""
-    cos, sin = _rope._batch_positions(cos, tuple(x.shape)), _rope._batch_positions(sin, tuple(x.shape))
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
+        cos, sin = _rope._batch_positions(cos, tuple(x.shape)), _rope._batch_positions(sin, tuple(x.shape))
         return _apply_rope_tables_op(x, cos, sin, layout, inverse, heads_first, contiguous)
     return _apply_rope_tables_new(x, cos, sin, layout, inverse, heads_first, contiguous)
 

@@ -249,23 +249,25 @@ def _tokpos_reads(q, k, cos, sin, unsqueeze_dim):
     """heads_first for tokpos's application of cos and sin to q and k, or
     None where the model's own function must run (another device or dtype,
     shapes it broadcasts otherwise, a cos or sin that needs its gradient)."""
-    tensors = (q, k, cos, sin)
-    if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in tensors):
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(cos, torch.Tensor)
+            and isinstance(sin, torch.Tensor)):
         return None
-    if any(t.dtype != q.dtype for t in tensors) or q.dtype not in _TABLE_DTYPES:
+    dtype = q.dtype
+    if dtype not in _TABLE_DTYPES or k.dtype != dtype or cos.dtype != dtype or sin.dtype != dtype:
         return None
-    if q.dim() != 4 or k.dim() != 4 or cos.dim() != 3 or cos.shape != sin.shape:
+    if not (q.is_cpu and k.is_cpu and cos.is_cpu and sin.is_cpu):
         return None
-    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+    if (cos.requires_grad or sin.requires_grad) and torch.is_grad_enabled():
         return None
-    if unsqueeze_dim not in (1, 2, -3, -2):
+    if unsqueeze_dim not in (1, 2, -3, -2) or q.dim() != 4 or k.dim() != 4:
         return None
     heads_first = unsqueeze_dim in (1, -3)
-    R = cos.shape[-1]
-    for x in (q, k):
-        B, T = x.shape[0], x.shape[2 if heads_first else 1]
-        if cos.shape[0] not in (1, B) or cos.shape[1] != T or R % 2 or R > x.shape[-1]:
-            return None
+    cs, qs, ks = cos.shape, q.shape, k.shape
+    if len(cs) != 3 or sin.shape != cs or cs[2] % 2 or cs[2] > qs[3] or cs[2] > ks[3]:
+        return None
+    t = 2 if heads_first else 1
+    if cs[1] != qs[t] or cs[1] != ks[t] or cs[0] not in (1, qs[0]) or ks[0] != qs[0]:
+        return None
     return heads_first
 
 
