@@ -171,7 +171,7 @@ static void table_ex_checks(void) {
             TOKPOS_INVALID_ARGUMENT);
 }
 
-/* RoPE from C: the frequencies of a Llama 3.1 scaling, and a rotation of
+/* RoPE from C: the frequencies of a Llama 3.1 and a proportional scaling, and a rotation of
  * pairs (1, 0), which come out as (cos, sin) of position * inv_freq. */
 static void rope_checks(void) {
   tokpos_rope_scaling s;
@@ -187,6 +187,16 @@ static void rope_checks(void) {
   CHECK("rope llama3 without original_max_position_embeddings is an error",
         tokpos_rope_frequencies(inv, &af, 8, 500000.0, &s, 0) == TOKPOS_INVALID_ARGUMENT &&
             strstr(tokpos_last_error(), "original_max_position_embeddings") != NULL);
+  tokpos_rope_scaling_init(&s);
+  s.type = TOKPOS_ROPE_PROPORTIONAL;
+  s.partial_rotary_factor = 0.5;
+  CHECK("rope proportional: the first half of the head's frequencies, the rest 0",
+        tokpos_rope_frequencies(inv, &af, 8, 10000.0, &s, 0) == TOKPOS_OK && inv[0] == 1.0 &&
+            fabs(inv[1] - 0.1) < 1e-15 && inv[2] == 0.0 && inv[3] == 0.0 && af == 1.0);
+  s.partial_rotary_factor = 2.0;
+  CHECK("rope proportional: partial_rotary_factor 2 is refused by name",
+        tokpos_rope_frequencies(inv, &af, 8, 10000.0, &s, 0) == TOKPOS_INVALID_ARGUMENT &&
+            strstr(tokpos_last_error(), "partial_rotary_factor = 2 must be in (0, 1]") != NULL);
   {
     float x[3 * 1 * 4] = {1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0}, out[12];
     int64_t pos[3] = {0, 1, 1000000};

@@ -226,6 +226,41 @@ TEST(Cli, RopeYarnScalesCosAndSinByItsAttentionFactor) {
   EXPECT_NEAR(f[31], std::pow(10000.0, -62.0 / 64) / 4, 1e-18);  // the slowest is interpolated: / factor
 }
 
+// proportional: --dim is the head dimension; the first
+// int(partial_rotary_factor * D // 2) pairs rotate by base^(-2i/D) / factor,
+// the rest have frequency 0 (cos 1, sin 0 at every position).
+TEST(Cli, RopeProportionalRotatesTheFirstPairsOnly) {
+  const auto path = scratch("cli_rope_proportional.npy");
+  const auto r = run(
+      "rope --dim 16 --positions 3:9 --scaling "
+      "'{\"rope_type\":\"proportional\",\"factor\":2,\"partial_rotary_factor\":0.25}' --out " + path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("rope_type proportional"), std::string::npos) << r.out;
+  const auto f = as_doubles(tokpos::read_npy(scratch("cli_rope_proportional.inv_freq.npy")));
+  ASSERT_EQ(f.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    const double want = i < 2 ? std::pow(10000.0, -static_cast<double>(2 * i) / 16) / 2 : 0.0;
+    EXPECT_NEAR(f[i], want, 4e-16 * want) << "inv_freq " << i;
+  }
+  const auto v = as_floats(tokpos::read_npy(path));
+  ASSERT_EQ(v.size(), 2u * 6 * 16);
+  for (size_t t = 0; t < 6; ++t) {
+    const double p = static_cast<double>(3 + t);
+    for (size_t i = 0; i < 8; ++i) {
+      for (const size_t j : {i, i + 8}) {
+        const float c = v[t * 16 + j], s = v[6 * 16 + t * 16 + j];
+        if (i < 2) {
+          EXPECT_LE(std::abs(c - cos_of_product(p, f[i])), std::ldexp(1.0, -24)) << p << " " << j;
+          EXPECT_LE(std::abs(s - sin_of_product(p, f[i])), std::ldexp(1.0, -24)) << p << " " << j;
+        } else {
+          EXPECT_EQ(c, 1.0f) << p << " " << j;
+          EXPECT_EQ(s, 0.0f) << p << " " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(Cli, RopeRejectsEveryBadFlagAndWritesNothing) {
   const auto path = scratch("cli_rope_bad.npy"), freq = scratch("cli_rope_bad.inv_freq.npy");
   struct Case {
@@ -256,6 +291,10 @@ TEST(Cli, RopeRejectsEveryBadFlagAndWritesNothing) {
            Case{"rope --scaling '{\"rope_type\":\"linear\",\"factor\":2,\"bogus\":1}'" + ok, {"unknown key 'bogus'"}},
            Case{"rope --scaling '{\"rope_type\":\"yarn\",\"factor\":4}'" + ok,
                 {"--scaling", "max_position_embeddings"}},
+           Case{"rope --scaling '{\"rope_type\":\"proportional\",\"partial_rotary_factor\":1.5}'" + ok,
+                {"--scaling", "partial_rotary_factor = 1.5 must be in (0, 1]"}},
+           Case{"rope --scaling '{\"rope_type\":\"linear\",\"factor\":2,\"partial_rotary_factor\":0.5}'" + ok,
+                {"--scaling", "'partial_rotary_factor' is read by proportional only", "--dim"}},
            Case{"rope --scaling '{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":4,\"high_freq_factor\":1,"
                 "\"original_max_position_embeddings\":8192}'" + ok,
                 {"low_freq_factor", "high_freq_factor"}},

@@ -203,6 +203,43 @@ TEST(RopeFrequencies, Llama3) {
   EXPECT_EQ(r.attention_factor, 1.0);
 }
 
+// transformers 5.x's proportional: dim is the head dimension, and the first
+// int(partial_rotary_factor * dim // 2) of its default frequencies are kept,
+// divided by factor, the rest 0. The counts below are Python's, worked out
+// there: 0.06 * 100 rounds to 6.0 in float64 (the real product is below 6),
+// so 3 are kept, not 2.
+TEST(RopeFrequencies, Proportional) {
+  struct Case {
+    int64_t dim;
+    double partial;
+    size_t kept;
+  };
+  for (const Case& c : {Case{16, 0.5, 4}, Case{16, 0.25, 2}, Case{12, 0.25, 1}, Case{10, 0.7, 3}, Case{100, 0.06, 3},
+                        Case{256, 0.25, 32}, Case{8, 1.0, 4}, Case{16, 0.05, 0}}) {
+    for (double factor : {1.0, 2.0, 0.5}) {
+      RopeScaling s;
+      s.type = RopeType::kProportional;
+      s.partial_rotary_factor = c.partial;
+      s.factor = factor;
+      const auto r = tokpos::rope_frequencies(c.dim, 1000.0, s);
+      std::vector<LD> want = ref_default(c.dim, 1000.0L);
+      for (size_t i = 0; i < want.size(); ++i) want[i] = i < c.kept ? want[i] / static_cast<LD>(factor) : 0.0L;
+      expect_close(r.inv_freq, want);
+      for (size_t i = c.kept; i < r.inv_freq.size(); ++i) EXPECT_EQ(r.inv_freq[i], 0.0) << c.dim << " " << i;
+      EXPECT_EQ(r.attention_factor, 1.0);
+    }
+  }
+  // Neither key: every default frequency of the head, as they are.
+  RopeScaling bare;
+  bare.type = RopeType::kProportional;
+  const auto r = tokpos::rope_frequencies(64, 10000.0, bare);
+  expect_close(r.inv_freq, ref_default(64, 10000.0L));
+  EXPECT_EQ(r.attention_factor, 1.0);
+  EXPECT_EQ(tokpos::rope_type_from_name("proportional"), RopeType::kProportional);
+  EXPECT_STREQ(tokpos::rope_type_name(RopeType::kProportional), "proportional");
+  EXPECT_EQ(tokpos::rope_scaling_type("proportional", std::nullopt), RopeType::kProportional);
+}
+
 void expect_error(const std::string& needle, auto&& call) {
   try {
     call();
@@ -265,6 +302,21 @@ TEST(RopeFrequencies, BadInputs) {
   m.original_max_position_embeddings = 8192;
   m.low_freq_factor = 4.0;
   expect_error("low_freq_factor = 4 must be < high_freq_factor = 4", [&] { tokpos::rope_frequencies(8, 10.0, m); });
+  RopeScaling p;
+  p.type = RopeType::kProportional;
+  p.partial_rotary_factor = 1.5;
+  expect_error("partial_rotary_factor = 1.5 must be in (0, 1]", [&] { tokpos::rope_frequencies(8, 10.0, p); });
+  for (double v : {0.0, -0.25, inf, nan}) {
+    p.partial_rotary_factor = v;
+    expect_error("partial_rotary_factor = ", [&] { tokpos::rope_frequencies(8, 10.0, p); });
+  }
+  p.partial_rotary_factor = 0.5;
+  for (double f : {0.0, -2.0, inf, nan}) {
+    p.factor = f;
+    expect_error("factor = ", [&] { tokpos::rope_frequencies(8, 10.0, p); });
+  }
+  expect_error("'nope' is not one of default, linear, dynamic, yarn, longrope, llama3, proportional",
+               [] { tokpos::rope_type_from_name("nope"); });
 }
 
 TEST(RopeFrequencies, CApi) {
@@ -306,6 +358,46 @@ TEST(RopeFrequencies, CApi) {
   s.short_factor_len = 4;
   EXPECT_EQ(tokpos_rope_frequencies(inv.data(), &af, 8, 10000.0, &s, 0), TOKPOS_NULL_POINTER);
   EXPECT_EQ(inv, before);
+}
+
+TEST(RopeFrequencies, CApiProportional) {
+  tokpos_rope_scaling s;
+  tokpos_rope_scaling_init(&s);
+  EXPECT_TRUE(std::isnan(s.partial_rotary_factor));
+  s.type = TOKPOS_ROPE_PROPORTIONAL;
+  s.factor = 2.0;
+  s.partial_rotary_factor = 0.25;
+  std::vector<double> inv(8, -1.0);
+  double af = -1.0;
+  ASSERT_EQ(tokpos_rope_frequencies(inv.data(), &af, 16, 1000.0, &s, 0), TOKPOS_OK) << tokpos_last_error();
+  std::vector<LD> want = ref_default(16, 1000.0L);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = i < 2 ? want[i] / 2 : 0.0L;
+  expect_close(inv, want);
+  EXPECT_EQ(af, 1.0);
+  // NaN (what init sets) is 1: every frequency kept.
+  s.partial_rotary_factor = std::numeric_limits<double>::quiet_NaN();
+  ASSERT_EQ(tokpos_rope_frequencies(inv.data(), &af, 16, 1000.0, &s, 0), TOKPOS_OK) << tokpos_last_error();
+  want = ref_default(16, 1000.0L);
+  for (LD& w : want) w /= 2;
+  expect_close(inv, want);
+  // Out of (0, 1]: refused by name, the outputs as they were.
+  const std::vector<double> before(inv);
+  for (double v : {1.5, 0.0, -1.0}) {
+    s.partial_rotary_factor = v;
+    af = -1.0;
+    EXPECT_EQ(tokpos_rope_frequencies(inv.data(), &af, 16, 1000.0, &s, 0), TOKPOS_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(tokpos_last_error()).find("partial_rotary_factor = "), std::string::npos)
+        << tokpos_last_error();
+    EXPECT_NE(std::string(tokpos_last_error()).find(" must be in (0, 1]"), std::string::npos) << tokpos_last_error();
+    EXPECT_EQ(inv, before);
+    EXPECT_EQ(af, -1.0);
+  }
+  s.type = static_cast<tokpos_rope_type>(7);
+  EXPECT_EQ(tokpos_rope_frequencies(inv.data(), &af, 16, 1000.0, &s, 0), TOKPOS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tokpos_last_error()).find("scaling->type = 7 is not a tokpos_rope_type (0 default .. 6 "
+                                                  "proportional)"),
+            std::string::npos)
+      << tokpos_last_error();
 }
 
 // ---- Application -------------------------------------------------------------

@@ -132,7 +132,7 @@ void configure_cli(CLI::App& app, Commands& c) {
       "rope",
       "Write RoPE's cos and sin as X.npy, (2, T, D) float32 ([0] cos, [1] sin, times the attention factor), "
       "and inv_freq as X.inv_freq.npy, (D/2,) float64");
-  c.rope_cmd->add_option("--dim", rope.dim, "Rotary dimension D (even)")
+  c.rope_cmd->add_option("--dim", rope.dim, "Rotary dimension D (even; for proportional the head dimension)")
       ->required()
       ->check(rule(fe::kRotaryDim));
   c.rope_cmd->add_option("--base", rope.base, "rope_theta")->check(rule(fe::kBase))->capture_default_str();

@@ -123,18 +123,28 @@ RopeScaling parse_scaling(const std::string& text) {
       s.short_factor = numbers(v, key);
     } else if (key == "long_factor") {
       s.long_factor = numbers(v, key);
+    } else if (key == "partial_rotary_factor") {
+      s.partial_rotary_factor = number(v, key);
     } else {
       fail("--scaling: unknown key '" + key +
            "' (rope_type, factor, original_max_position_embeddings, max_position_embeddings, low_freq_factor, "
            "high_freq_factor, beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor, truncate, "
-           "short_factor, long_factor)");
+           "short_factor, long_factor, partial_rotary_factor)");
     }
   }
   try {  // the rule every front end shares: rope_type, else type; the two disagreeing is refused
     s.type = rope_scaling_type(rope_type, type);
   } catch (const Error& e) {
     fail("--scaling '" + text + "': " + e.what() +
-         (rope_type || type ? "" : " (one of default, linear, dynamic, yarn, longrope, llama3)"));
+         (rope_type || type ? "" : " (one of default, linear, dynamic, yarn, longrope, llama3, proportional)"));
+  }
+  // Only proportional reads partial_rotary_factor (its --dim is the head
+  // dimension); the other types take the rotary dimension as --dim, so the
+  // key would be dropped without a sign.
+  if (s.partial_rotary_factor && s.type != RopeType::kProportional) {
+    fail("--scaling: 'partial_rotary_factor' is read by proportional only; for " +
+         std::string(rope_type_name(s.type)) +
+         " give the rotary dimension int(head_dim * partial_rotary_factor) as --dim");
   }
   // transformers' dynamic scaling reads the model's max_position_embeddings;
   // a rope_scaling dict carries original_max_position_embeddings instead.

@@ -4,7 +4,8 @@
 // the attention factor of each scaling scheme in transformers'
 // modeling_rope_utils.ROPE_INIT_FUNCTIONS, computed in double
 // (docs/positions.md, "RoPE", states each formula). dim is the rotary
-// dimension (head_dim times partial_rotary_factor).
+// dimension (head_dim times partial_rotary_factor), except for proportional,
+// whose dim is the head dimension (it reads partial_rotary_factor itself).
 #pragma once
 
 #include <dlpack/dlpack.h>
@@ -27,9 +28,12 @@ enum class RopeType : int {
   kYarn = 3,      // YaRN: a ramp between interpolation and extrapolation, and an attention factor
   kLongrope = 4,  // LongRoPE (Phi-3): per-frequency short or long factors
   kLlama3 = 5,    // Llama 3.1: low frequencies / factor, high ones kept, a smooth ramp between
+  kProportional = 6,  // transformers 5.x: the head's default frequencies, the first
+                      // int(partial_rotary_factor * dim // 2) / factor, the rest 0
 };
 
-// "default", "linear", "dynamic", "yarn", "longrope", "llama3"; anything else
+// "default", "linear", "dynamic", "yarn", "longrope", "llama3",
+// "proportional"; anything else
 // is Error(kInvalidArgument) naming it and listing these.
 TOKPOS_API RopeType rope_type_from_name(std::string_view name);
 TOKPOS_API const char* rope_type_name(RopeType type) noexcept;
@@ -49,7 +53,7 @@ TOKPOS_API RopeType rope_scaling_type(std::optional<std::string_view> rope_type,
 // only its own keys and ignores the rest.
 struct RopeScaling {
   RopeType type = RopeType::kDefault;
-  std::optional<double> factor;
+  std::optional<double> factor;                              // proportional: absent is 1
   std::optional<int64_t> original_max_position_embeddings;
   std::optional<int64_t> max_position_embeddings;
   std::optional<double> low_freq_factor, high_freq_factor;  // llama3
@@ -58,6 +62,7 @@ struct RopeScaling {
   std::optional<double> attention_factor;                    // yarn, longrope
   bool truncate = true;                                      // yarn
   std::vector<double> short_factor, long_factor;             // longrope, dim/2 each
+  std::optional<double> partial_rotary_factor;               // proportional, in (0, 1] (absent: 1)
 };
 
 struct RopeFrequencies {
@@ -74,8 +79,9 @@ inline constexpr int64_t kRopeMaxDim = int64_t{1} << 20;
 // FLT_MAX]: apply_rope scales float32 cos and sin by it), base or factor NaN, infinite or <= 0, a key the
 // type needs and the scaling lacks, beta_fast <= beta_slow, low_freq_factor
 // >= high_freq_factor, short_factor or long_factor of a length other than
-// dim/2, and seq_len < 0. seq_len (the current sequence length) matters to
-// dynamic and longrope only.
+// dim/2, a partial_rotary_factor outside (0, 1] (NaN included; read by
+// proportional only), and seq_len < 0. seq_len (the current sequence length)
+// matters to dynamic and longrope only.
 TOKPOS_API RopeFrequencies rope_frequencies(int64_t dim, double base, const RopeScaling& scaling = {},
                                             std::optional<int64_t> seq_len = std::nullopt);
 

@@ -244,6 +244,7 @@ typedef enum tokpos_rope_type {
   TOKPOS_ROPE_YARN = 3,
   TOKPOS_ROPE_LONGROPE = 4,
   TOKPOS_ROPE_LLAMA3 = 5,
+  TOKPOS_ROPE_PROPORTIONAL = 6, /* transformers 5.x; dim is the head dimension */
   TOKPOS_ROPE_TYPE_MIN_ENUM_ = -0x7fffffff - 1,
   TOKPOS_ROPE_TYPE_MAX_ENUM_ = 0x7fffffff
 } tokpos_rope_type;
@@ -253,7 +254,7 @@ typedef enum tokpos_rope_type {
  * struct with tokpos_rope_scaling_init first, then set what the config has. */
 typedef struct tokpos_rope_scaling {
   tokpos_rope_type type;
-  double factor;
+  double factor;                            /* proportional: NaN is 1 */
   int64_t original_max_position_embeddings;
   int64_t max_position_embeddings;
   double low_freq_factor, high_freq_factor; /* llama3 */
@@ -265,9 +266,11 @@ typedef struct tokpos_rope_scaling {
   int64_t short_factor_len;
   const double* long_factor;                /* longrope: dim / 2 values */
   int64_t long_factor_len;
+  double partial_rotary_factor;             /* proportional; in (0, 1], NaN: 1 */
 } tokpos_rope_scaling;
 
-/* type TOKPOS_ROPE_DEFAULT, every key absent, truncate 1. */
+/* type TOKPOS_ROPE_DEFAULT, every key absent (partial_rotary_factor NaN),
+ * truncate 1. */
 TOKPOS_API void tokpos_rope_scaling_init(tokpos_rope_scaling* s);
 
 /* inv_freq (dim / 2 doubles) and *attention_factor of the scaling (NULL: the

@@ -46,7 +46,8 @@ void bind_rope(nb::module_& m) {
       .def_rw("attention_factor", &RopeScaling::attention_factor, nb::arg().none())
       .def_rw("truncate", &RopeScaling::truncate)
       .def_rw("short_factor", &RopeScaling::short_factor)
-      .def_rw("long_factor", &RopeScaling::long_factor);
+      .def_rw("long_factor", &RopeScaling::long_factor)
+      .def_rw("partial_rotary_factor", &RopeScaling::partial_rotary_factor, nb::arg().none());
 
   // The type of a scaling dict from its "rope_type" and "type" values (None: absent), by the core's rule.
   m.def(

@@ -32,6 +32,7 @@ _REAL_KEYS = (
     "mscale",
     "mscale_all_dim",
     "attention_factor",
+    "partial_rotary_factor",
 )
 _LENGTH_KEYS = ("original_max_position_embeddings", "max_position_embeddings")
 _LIST_KEYS = ("short_factor", "long_factor")
@@ -61,8 +62,6 @@ def _scaling_type(scaling: dict) -> str:
         if value is not None and not isinstance(value, str):
             raise ValueError(f"rope_frequencies: scaling[{key!r}] = {value!r} must be a string")
         names.append(value)
-    if "proportional" in names and (None in names or names[0] == names[1]):
-        return "proportional"  # computed here from the core's default frequencies (rope_frequencies)
     return _core.rope_scaling_type(*names)
 
 
@@ -71,7 +70,7 @@ def _scaling(scaling) -> "_core.RopeScaling":
     if not isinstance(scaling, dict):
         raise ValueError(f"rope_frequencies: scaling must be a dict or None, got {type(scaling).__name__}")
     s = _core.RopeScaling()
-    s.type = _scaling_type(scaling)  # never "proportional": rope_frequencies handles it
+    s.type = _scaling_type(scaling)
     for key in _REAL_KEYS:
         if scaling.get(key) is not None:
             setattr(s, key, _real(key, scaling[key]))
@@ -163,10 +162,8 @@ def rope_frequencies(
         if isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral):
             raise ValueError(f"rope_frequencies: seq_len must be an integer or None, got {seq_len!r}")
         seq_len = _count("rope_frequencies: seq_len", seq_len)
-    if rope_type == "proportional":
-        return _proportional(head_dim, float(base), scaling, 1.0 if partial is None else partial)
     rotary_dim = head_dim
-    if partial is not None:
+    if partial is not None and rope_type != "proportional":  # proportional reads it itself, from the head
         rotary_dim = int(head_dim * partial)
         if rotary_dim < 2 or rotary_dim % 2:
             raise ValueError(
@@ -176,21 +173,6 @@ def rope_frequencies(
     options = _core.RopeScaling() if scaling is None else _scaling(scaling)
     inv_freq, attention_factor = _core.rope_frequencies(rotary_dim, float(base), options, seq_len)
     return np.asarray(inv_freq, dtype=np.float64), float(attention_factor)
-
-
-def _proportional(head_dim: int, base: float, scaling: dict, partial: float):
-    """transformers 5.x's proportional RoPE: the default frequencies of the
-    whole head (exponent 2i / head_dim), the first int(partial * head_dim // 2)
-    kept and the rest 0, all divided by factor (1 when absent)."""
-    factor = scaling.get("factor")
-    factor = 1.0 if factor is None else _real("factor", factor)
-    if not (factor > 0.0) or not np.isfinite(factor):
-        raise ValueError(f"rope_frequencies: scaling['factor'] = {factor!r} must be finite and > 0")
-    rotated = int(partial * head_dim // 2)
-    inv_freq, _ = _core.rope_frequencies(head_dim, base, _core.RopeScaling(), None)
-    inv_freq = np.asarray(inv_freq, dtype=np.float64)
-    inv_freq[rotated:] = 0.0
-    return inv_freq / factor, 1.0
 
 
 # ---- Application ---------------------------------------------------------------

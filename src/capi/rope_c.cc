@@ -31,9 +31,9 @@ tokpos::RopeScaling scaling_of(const char* fn, const tokpos_rope_scaling* scalin
   tokpos::RopeScaling s;
   if (scaling == nullptr) return s;
   const int type = static_cast<int>(scaling->type);
-  if (type < 0 || type > TOKPOS_ROPE_LLAMA3) {
+  if (type < 0 || type > TOKPOS_ROPE_PROPORTIONAL) {
     fail(tokpos::Status::kInvalidArgument, fn, "scaling->type = ", type,
-         " is not a tokpos_rope_type (0 default .. 5 llama3)");
+         " is not a tokpos_rope_type (0 default .. 6 proportional)");
   }
   if (scaling->truncate != 0 && scaling->truncate != 1) {
     fail(tokpos::Status::kInvalidArgument, fn, "scaling->truncate = ", scaling->truncate, " must be 0 or 1");
@@ -53,6 +53,7 @@ tokpos::RopeScaling scaling_of(const char* fn, const tokpos_rope_scaling* scalin
   s.short_factor =
       factor_list(fn, "short_factor", "short_factor_len", scaling->short_factor, scaling->short_factor_len);
   s.long_factor = factor_list(fn, "long_factor", "long_factor_len", scaling->long_factor, scaling->long_factor_len);
+  s.partial_rotary_factor = real_key(scaling->partial_rotary_factor);
   return s;
 }
 
@@ -67,6 +68,7 @@ void tokpos_rope_scaling_init(tokpos_rope_scaling* s) {
   s->type = TOKPOS_ROPE_DEFAULT;
   s->factor = s->low_freq_factor = s->high_freq_factor = nan;
   s->beta_fast = s->beta_slow = s->mscale = s->mscale_all_dim = s->attention_factor = nan;
+  s->partial_rotary_factor = nan;
   s->truncate = 1;
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numbers>
 #include <string>
 
@@ -16,7 +17,8 @@ namespace {
 using detail::fail;
 
 constexpr const char* kWhere = "rope_frequencies";
-constexpr const char* kNames[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
+constexpr const char* kNames[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"};
+constexpr int kTypes = static_cast<int>(std::size(kNames));
 
 [[noreturn]] void bad(const std::string& what) { fail(Status::kInvalidArgument, kWhere, what); }
 
@@ -193,18 +195,38 @@ RopeFrequencies llama3(int64_t dim, double base, const RopeScaling& s) {
   return r;
 }
 
+// transformers 5.x's proportional RoPE (_compute_proportional_rope_parameters):
+// dim is the head dimension; its default frequencies base^(-2i/dim), the
+// first int(partial_rotary_factor * dim // 2) of them divided by factor and
+// the rest 0 (no rotation). The count is transformers' float64 arithmetic:
+// floor(fl(partial_rotary_factor * dim) / 2).
+RopeFrequencies proportional(int64_t dim, double base, const RopeScaling& s) {
+  const double factor = s.factor ? positive("factor", *s.factor) : 1.0;
+  double partial = 1.0;
+  if (s.partial_rotary_factor) {
+    partial = *s.partial_rotary_factor;
+    if (!(partial > 0.0 && partial <= 1.0)) bad(detail::cat("partial_rotary_factor = ", partial, " must be in (0, 1]"));
+  }
+  const auto rotated = static_cast<size_t>(std::floor(partial * static_cast<double>(dim) / 2.0));
+  RopeFrequencies r;
+  r.inv_freq = default_inv_freq(dim, base);
+  for (size_t i = 0; i < r.inv_freq.size(); ++i) r.inv_freq[i] = i < rotated ? r.inv_freq[i] / factor : 0.0;
+  return r;
+}
+
 }  // namespace
 
 const char* rope_type_name(RopeType type) noexcept {
   const int i = static_cast<int>(type);
-  return i >= 0 && i < 6 ? kNames[i] : "unknown";
+  return i >= 0 && i < kTypes ? kNames[i] : "unknown";
 }
 
 RopeType rope_type_from_name(std::string_view name) {
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < kTypes; ++i) {
     if (name == kNames[i]) return static_cast<RopeType>(i);
   }
-  bad(detail::cat("rope type '", name, "' is not one of default, linear, dynamic, yarn, longrope, llama3"));
+  bad(detail::cat("rope type '", name,
+                  "' is not one of default, linear, dynamic, yarn, longrope, llama3, proportional"));
 }
 
 RopeType rope_scaling_type(std::optional<std::string_view> rope_type, std::optional<std::string_view> type) {
@@ -247,7 +269,8 @@ RopeFrequencies rope_frequencies(int64_t dim, double base, const RopeScaling& s,
     case RopeType::kYarn: r = yarn(dim, base, s); break;
     case RopeType::kLongrope: r = longrope(dim, base, s, seq_len); break;
     case RopeType::kLlama3: r = llama3(dim, base, s); break;
-    default: bad(detail::cat("rope type ", static_cast<int>(s.type), " is not one of 0..5"));
+    case RopeType::kProportional: r = proportional(dim, base, s); break;
+    default: bad(detail::cat("rope type ", static_cast<int>(s.type), " is not one of 0..", kTypes - 1));
   }
   return r;
 }

@@ -407,13 +407,21 @@ def test_transposed_views_and_in_place_on_them():
     np.testing.assert_array_equal(q.transpose(0, 2, 1, 3), out)
 
 
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
+        # --dim is the head dimension here, as rope_frequencies' dim with partial_rotary_factor in the dict.
+        {"rope_type": "proportional", "factor": 8.0, "partial_rotary_factor": 0.25},
+    ],
+    ids=["yarn", "proportional"],
+)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_cli_rope_caches_are_rope_cos_sin(cli, tmp_path, layout):
+def test_cli_rope_caches_are_rope_cos_sin(cli, tmp_path, layout, scaling):
     """`tokpos rope` writes the values tokpos.rope_cos_sin returns, bit for bit,
     and the inv_freq of rope_frequencies (one angle implementation for both)."""
     import subprocess
 
-    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
     out = tmp_path / "r.npy"
     r = subprocess.run(
         [str(cli), "rope", "--dim", "64", "--base", "500000", "--positions", "100000:100040",

@@ -266,6 +266,45 @@ def test_float32_angle_limits_are_named():
     assert cos[0, 0] == np.float32(np.cos(np.float64(np.float32((1 << 31) - 1))))
 
 
+# (head_dim, partial_rotary_factor): Python's int(partial * head_dim // 2)
+# rotated pairs, including 0.06 * 100, which float64 rounds to 6.0 (3 pairs;
+# the real product would give 2).
+PROPORTIONAL_CASES = [(16, 0.5), (12, 0.25), (10, 0.7), (100, 0.06), (100, 0.3), (16, 0.05), (8, 1.0)]
+
+
+@pytest.mark.parametrize("head_dim, partial", PROPORTIONAL_CASES)
+def test_proportional_is_the_cores_and_transformers(head_dim, partial):
+    params = {"rope_type": "proportional", "rope_theta": 1000.0, "factor": 2.0, "partial_rotary_factor": partial}
+    config = llama_config(head_dim=head_dim, rope_parameters=dict(params))
+    want_inv, want_factor = modeling_rope_utils.ROPE_INIT_FUNCTIONS["proportional"](config)
+    inv, af = tokpos.rope_frequencies(head_dim, scaling=params)
+    assert inv.shape == (head_dim // 2,)
+    # The same pairs rotate (exactly the nonzero ones), the values a few float32 ulps apart.
+    np.testing.assert_array_equal(inv != 0, want_inv.numpy() != 0)
+    np.testing.assert_allclose(inv, want_inv.double().numpy(), rtol=4e-7 * 8, atol=0)
+    assert af == want_factor == 1.0
+    # Computed by the core, from the head dimension and the factor the dict gives.
+    s = tokpos._core.RopeScaling()
+    s.type = "proportional"
+    s.factor = 2.0
+    s.partial_rotary_factor = partial
+    core_inv, core_af = tokpos._core.rope_frequencies(head_dim, 1000.0, s, None)
+    np.testing.assert_array_equal(inv, np.asarray(core_inv))
+    assert core_af == af
+
+
+def test_proportional_partial_rotary_factor_is_checked_by_the_core():
+    s = tokpos._core.RopeScaling()
+    s.type = "proportional"
+    for value in (1.5, 0.0, -0.5, float("nan")):
+        s.partial_rotary_factor = value
+        with pytest.raises(ValueError, match=r"rope_frequencies: partial_rotary_factor = .* must be in \(0, 1\]"):
+            tokpos._core.rope_frequencies(16, 1000.0, s, None)
+    s.partial_rotary_factor = None  # absent: 1, every pair rotates
+    inv, _ = tokpos._core.rope_frequencies(16, 1000.0, s, None)
+    np.testing.assert_array_equal(inv, tokpos.rope_frequencies(16, base=1000.0)[0])
+
+
 def test_rope_dict_errors_name_the_value():
     with pytest.raises(ValueError, match=r"int\(10 \* 0.3\) = 3, which must be even"):
         tokpos.rope_frequencies(10, scaling={"rope_type": "default", "partial_rotary_factor": 0.3})
@@ -277,7 +316,7 @@ def test_rope_dict_errors_name_the_value():
         tokpos.rope_frequencies(scaling={"rope_type": "default"})
     with pytest.raises(ValueError, match="disagree"):
         tokpos.rope_frequencies(16, scaling={"rope_type": "proportional", "type": "linear", "factor": 2.0})
-    with pytest.raises(ValueError, match=r"scaling\['factor'\] = -2.0 must be finite and > 0"):
+    with pytest.raises(ValueError, match=r"factor = -2 must be finite and > 0"):
         tokpos.rope_frequencies(16, scaling={"rope_type": "proportional", "factor": -2.0})
     # Without partial_rotary_factor, dim is the rotary dimension as before.
     inv, _ = tokpos.rope_frequencies(16, scaling={"rope_type": "linear", "factor": 2.0})

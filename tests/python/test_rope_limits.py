@@ -110,6 +110,8 @@ def test_the_cli_and_python_refuse_the_same_scaling_dicts(tmp_path):
         {"rope_type": "linear", "type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64},
         {"rope_type": "linear", "factor": float("inf")},
         {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "attention_factor": 1e39},
+        {"rope_type": "proportional", "partial_rotary_factor": 1.5},
+        {"rope_type": "proportional", "partial_rotary_factor": 0.5, "factor": -2.0},
     ]
     import json
 
