@@ -249,6 +249,17 @@ def _batch_positions(positions, x_shape):
     return np.broadcast_to(np.asarray(positions), (x_shape[0],) + shape[1:])
 
 
+def _out_for(x, out, where: str):
+    """out checked as a writable result (numpy: not read-only), or a new
+    array like x when it is None."""
+    if out is None:
+        return _empty_like(x)
+    out = _tensor(out, "out")
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError(f"{where}: out is read-only; tokpos writes its result there in place")
+    return out
+
+
 def _empty_like(x):
     if _is_torch(x):
         import torch
@@ -313,12 +324,7 @@ def apply_rope(
         raise ValueError(f"apply_rope: rotary_dim = {rotary_dim!r} must be an integer >= 0 or None")
     if isinstance(attention_factor, bool) or not isinstance(attention_factor, numbers.Real):
         raise ValueError(f"apply_rope: attention_factor = {attention_factor!r} must be a number")
-    if out is None:
-        out = _empty_like(x)
-    else:
-        out = _tensor(out, "out")
-        if isinstance(out, np.ndarray) and not out.flags.writeable:
-            raise ValueError("apply_rope: out is read-only; tokpos writes its result there in place")
+    out = _out_for(x, out, "apply_rope")
     xv, ov = (_heads_swapped(x), _heads_swapped(out)) if heads_first else (x, out)
     _core.apply_rope(
         ov, xv, positions, freqs, layout, _count("apply_rope: rotary_dim", rotary_dim), float(attention_factor),
@@ -353,12 +359,7 @@ def apply_rope_tables(x, cos, sin, *, layout: str = "half", inverse: bool = Fals
     x, cos, sin = _tensor(x, "x"), _tensor(cos, "cos"), _tensor(sin, "sin")
     heads_first = _rope_heads_first("apply_rope_tables", tuple(x.shape), tuple(cos.shape)[:-1], heads_first)
     cos, sin = _batch_positions(cos, tuple(x.shape)), _batch_positions(sin, tuple(x.shape))
-    if out is None:
-        out = _empty_like(x)
-    else:
-        out = _tensor(out, "out")
-        if isinstance(out, np.ndarray) and not out.flags.writeable:
-            raise ValueError("apply_rope_tables: out is read-only; tokpos writes its result there in place")
+    out = _out_for(x, out, "apply_rope_tables")
     xv, ov = (_heads_swapped(x), _heads_swapped(out)) if heads_first else (x, out)
     _core.apply_rope_tables(ov, xv, cos, sin, layout, bool(inverse), "tokpos.apply_rope_tables")
     return out

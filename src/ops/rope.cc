@@ -31,6 +31,23 @@ void check_in_place_or_apart(const char* where, const detail::View& ov, const de
   if (!same) detail::check_no_overlap(where, ov, xv);
 }
 
+// View v's stride i in elements; 0 for i < 0 (a dimension the 3-D form lacks).
+int64_t stride_of(const detail::View& v, int i) { return i < 0 ? int64_t{0} : v.strides[i]; }
+
+// x and out of a kernel's rotation, (B, T, H, D) or (T, H, D) (B's stride 0).
+template <typename Rotation>
+void set_heads(Rotation& r, const detail::View& xv, const detail::View& ov) {
+  const int first = xv.ndim == 4 ? 0 : -1;
+  r.x = xv.data;
+  r.xsb = stride_of(xv, first);
+  r.xst = stride_of(xv, first + 1);
+  r.xsh = stride_of(xv, first + 2);
+  r.out = ov.data;
+  r.osb = stride_of(ov, first);
+  r.ost = stride_of(ov, first + 1);
+  r.osh = stride_of(ov, first + 2);
+}
+
 void check_layout(const char* where, RopeLayout layout) {
   if (layout != RopeLayout::kHalf && layout != RopeLayout::kInterleaved) {
     fail(Status::kInvalidArgument, where, "layout ", static_cast<int>(layout), " is not half (0) or interleaved (1)");
@@ -102,16 +119,7 @@ void apply_rope(const DLTensor& out, const DLTensor& x, const DLTensor& position
     turns[static_cast<size_t>(half + i)] = w.t1;
   }
   kernels::RopeApply r;
-  const int first = batched ? 0 : -1;
-  auto stride = [](const detail::View& v, int i) { return i < 0 ? int64_t{0} : v.strides[i]; };
-  r.x = xv.data;
-  r.xsb = stride(xv, first);
-  r.xst = stride(xv, first + 1);
-  r.xsh = stride(xv, first + 2);
-  r.out = ov.data;
-  r.osb = stride(ov, first);
-  r.ost = stride(ov, first + 1);
-  r.osh = stride(ov, first + 2);
+  set_heads(r, xv, ov);
   r.type = xv.dtype;
   r.pos = pos;
   r.inv_freq = inv_freq.data();
@@ -164,22 +172,14 @@ void apply_rope_tables(const DLTensor& out, const DLTensor& x, const DLTensor& c
   detail::check_no_overlap(where, ov, sv);
   if (xv.numel == 0) return;
   kernels::RopeTables r;
+  set_heads(r, xv, ov);
   const int first = batched ? 0 : -1;
-  auto stride = [](const detail::View& v, int i) { return i < 0 ? int64_t{0} : v.strides[i]; };
-  r.x = xv.data;
-  r.xsb = stride(xv, first);
-  r.xst = stride(xv, first + 1);
-  r.xsh = stride(xv, first + 2);
-  r.out = ov.data;
-  r.osb = stride(ov, first);
-  r.ost = stride(ov, first + 1);
-  r.osh = stride(ov, first + 2);
   r.cos = cv.data;
-  r.csb = stride(cv, first);
-  r.cst = stride(cv, first + 1);
+  r.csb = stride_of(cv, first);
+  r.cst = stride_of(cv, first + 1);
   r.sin = sv.data;
-  r.ssb = stride(sv, first);
-  r.sst = stride(sv, first + 1);
+  r.ssb = stride_of(sv, first);
+  r.sst = stride_of(sv, first + 1);
   r.type = xv.dtype;
   r.B = batched ? xv.shape[0] : 1;
   r.T = xv.shape[batched ? 1 : 0];

@@ -1,8 +1,10 @@
 """tokpos.hf.patch on Llama-family models: tiny random-weight models built
-from configs (no download), each family's logits within 2e-7 of the
-unpatched model's, greedy generate() identical (plain and left-padded
-batches, KV cache), the rope_type variants, partial rotary, and a saved
-patched model loading in unpatched transformers."""
+from configs (no download), each family's logits within 2e-7 (or 4 ulps)
+of the unpatched model's with tokpos's rotary and bitwise equal with the
+model's own (rotary="model"), greedy generate() identical (plain and
+left-padded batches, KV cache), the rope_type variants, partial rotary, the
+attention's application, a training step, and a saved patched model
+loading in unpatched transformers."""
 
 from __future__ import annotations
 
@@ -258,12 +260,7 @@ def test_multimodal_rotary_text_models(family):
 
 def test_gemma3_one_rotary_per_layer_type():
     # Gemma 3: local (sliding) layers with the default rope, global ones with linear scaling.
-    config = transformers.Gemma3TextConfig(
-        **dict(SIZES, max_position_embeddings=64), head_dim=16, sliding_window=4,
-        layer_types=["sliding_attention", "full_attention"],
-        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}},
-    )
+    config = gemma3_config()
     plain, patched, names = pair(config)
     assert names == NAMES
     rotary = patched.model.rotary_emb
@@ -321,3 +318,54 @@ def test_a_training_step_matches():
     for (name, a), (_, b) in zip(plain.named_parameters(), patched.named_parameters()):
         scale = float(a.grad.abs().max())
         assert float((a.grad - b.grad).abs().max()) <= 1e-5 * max(scale, 1e-3), name
+
+
+def gemma3_config():
+    return transformers.Gemma3TextConfig(
+        **dict(SIZES, max_position_embeddings=64), head_dim=16, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}},
+    )
+
+
+def model_rotary_cases():
+    for family in FAMILIES:
+        yield family, lambda family=family: config_of(family)
+    for name, rope in variants():
+        yield name, lambda rope=rope: config_of("llama", rope_parameters={**rope, "rope_theta": 10000.0},
+                                                 max_position_embeddings=16)
+    yield "gemma3", gemma3_config
+
+
+@pytest.mark.parametrize("name,make", list(model_rotary_cases()), ids=[n for n, _ in model_rotary_cases()])
+def test_the_model_s_rotary_with_tokpos_s_application_is_bitwise(name, make):
+    config = make()
+    plain, patched = build(config), build(config)
+    names = tokpos.hf.patch(patched, rotary="model")
+    assert names == NAMES[1:]
+    assert type(patched.model.rotary_emb) is type(plain.model.rotary_emb)
+    for left_padded in (False, True):
+        ids, mask = prompts(config, left_padded)
+        with torch.no_grad():
+            assert torch.equal(plain(input_ids=ids, attention_mask=mask).logits,
+                               patched(input_ids=ids, attention_mask=mask).logits)
+            kw = dict(attention_mask=mask, max_new_tokens=14, do_sample=False, pad_token_id=config.pad_token_id)
+            assert torch.equal(plain.generate(ids, **kw), patched.generate(ids, **kw))
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_multimodal_models_with_their_own_rotary_are_bitwise(family):
+    config, plain = mrope_text_model(family)
+    _, patched = mrope_text_model(family)
+    assert _llama.patch(patched, rotary="model") == ["layers.0.self_attn", "layers.1.self_attn"]
+    ids = torch.randint(1, 96, (2, 12), generator=torch.Generator().manual_seed(3))
+    positions = torch.randint(0, 60, (3, 2, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.equal(plain(input_ids=ids, position_ids=positions).last_hidden_state,
+                           patched(input_ids=ids, position_ids=positions).last_hidden_state)
+
+
+def test_rotary_choice_is_checked():
+    with pytest.raises(ValueError, match="rotary = 'mine' is not one of 'tokpos', 'model'"):
+        tokpos.hf.patch(build(config_of("llama")), rotary="mine")

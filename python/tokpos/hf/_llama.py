@@ -374,7 +374,7 @@ def _patch_attention(model) -> list[str]:
     return names
 
 
-def patch(model) -> list[str] | None:
+def patch(model, rotary: str = "tokpos") -> list[str] | None:
     """Replaces, in place, each rotary embedding module of model that runs
     transformers' shared rotary code (or Qwen2-VL's or Qwen3-VL's
     multimodal one) with a HFRotary (tokpos's cos and sin,
@@ -384,7 +384,10 @@ def patch(model) -> list[str] | None:
     the replaced modules' names (the rotary modules, then the attention
     modules), or None when model has no such rotary module. A module of that
     code whose frequencies tokpos would not reproduce (a config it reads
-    differently) is left in place and named in a warning."""
+    differently) is left in place and named in a warning. rotary="model":
+    every rotary module stays the model's own and only the attention
+    modules are given tokpos's application (so the logits are the model's
+    bit for bit)."""
     sources = _sources()
     replaced, found = [], False
     for name, module in list(model.named_modules()):
@@ -396,6 +399,8 @@ def patch(model) -> list[str] | None:
         if kind is None:
             continue
         found = True
+        if rotary == "model":
+            continue
         new, reason = _replacement(module, kind)
         if new is None:
             warnings.warn(f"tokpos.hf.patch: {name} ({type(module).__name__}) left as it is: {reason}", stacklevel=2)
