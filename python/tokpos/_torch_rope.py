@@ -208,20 +208,24 @@ def _apply_rope_tables_new(x, cos, sin, layout, inverse, heads_first, contiguous
     run it."""
     out = _rope_tables_out(x, contiguous)
     code = _TABLE_CODES.get(x.dtype)
-    plain = code is not None and cos.dtype == x.dtype and sin.dtype == x.dtype and x.is_cpu and cos.is_cpu
-    if not (plain and sin.is_cpu and x.stride(-1) == 1 and cos.stride(-1) == 1 and sin.stride(-1) == 1):
+    # Anything the address call does not take (another dtype or device, rows
+    # not contiguous, cos and sin of two shapes, fewer than 3 dimensions)
+    # goes by DLPack, which copies rows or names what is wrong.
+    by_address = (
+        code is not None and cos.dtype == x.dtype and sin.dtype == x.dtype and x.is_cpu and cos.is_cpu and sin.is_cpu
+        and x.dim() >= 3 and x.stride(-1) == 1 and cos.stride(-1) == 1 and sin.stride(-1) == 1
+        and sin.shape == cos.shape
+    )
+    if not by_address:
         return _apply_rope_tables_dlpack(x, cos, sin, layout, inverse, heads_first, out)
     # By address (a decode step's kernel costs less than four DLPack capsules):
     # the tensors' own shapes and strides, in the kernel's (…, T, H, D) order,
     # a (1, T, R) cos and sin with stride 0 over x's B.
     shape, xs, os_ = list(x.shape), list(x.stride()), list(out.stride())
-    if heads_first and len(shape) >= 3:
+    if heads_first:
         for v in (shape, xs, os_):
             v[-3], v[-2] = v[-2], v[-3]
     cshape, cs, ss = list(cos.shape), list(cos.stride()), list(sin.stride())
-    if tuple(sin.shape) != tuple(cshape):
-        # The DLPack call names which one differs.
-        return _apply_rope_tables_dlpack(x, cos, sin, layout, inverse, heads_first, out)
     if len(shape) == 4 and len(cshape) == 3 and cshape[0] == 1:
         cshape[0], cs[0], ss[0] = shape[0], 0, 0
     _core.apply_rope_tables_raw(

@@ -289,9 +289,9 @@ def _application(original, contiguous: bool):
     return apply_rotary_pos_emb
 
 
-def _rebuilt(fn, globals_):
-    """A copy of the plain function fn that reads globals_ as its globals."""
-    new = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, fn.__closure__)
+def _function_copy(fn, globals_, closure):
+    """A copy of the plain function fn with other globals and closure cells."""
+    new = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, closure)
     new.__kwdefaults__ = fn.__kwdefaults__
     for attr in ("__module__", "__qualname__", "__doc__", "__annotations__"):
         setattr(new, attr, getattr(fn, attr))
@@ -316,12 +316,7 @@ def _rewrapped(wrapper, inner, new_inner):
             cells.append(cell)
     if not found:
         return None
-    new = types.FunctionType(wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__,
-                             tuple(cells))
-    new.__kwdefaults__ = wrapper.__kwdefaults__
-    for attr in ("__module__", "__qualname__", "__doc__", "__annotations__"):
-        setattr(new, attr, getattr(wrapper, attr))
-    new.__dict__.update(wrapper.__dict__)
+    new = _function_copy(wrapper, wrapper.__globals__, tuple(cells))
     new.__wrapped__ = new_inner
     return new
 
@@ -344,7 +339,7 @@ def _attention_forward(module, sources: dict):
         return None
     globals_ = dict(inner.__globals__)
     globals_["apply_rotary_pos_emb"] = _application(original, contiguous)
-    new = _rebuilt(inner, globals_)
+    new = _function_copy(inner, globals_, inner.__closure__)
     for wrapper, wrapped in zip(reversed(chain[:-1]), reversed(chain[1:])):
         if not isinstance(wrapper, types.FunctionType):
             return None
