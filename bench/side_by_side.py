@@ -48,9 +48,10 @@ SHAPES = {
     "hot-row": dict(V=50257, D=768, L=1024, B=8, T=1024, hot=True),
 }
 IMPLS = ["tokpos", "team", "loop", "isel", "ebag", "gather", "torch", "compile", "numpy", "copy", "npcopy"]
-# "team": tokpos with TOKPOS_DECODE_TEAM_BYTES set, so a decode step is split
-# over the thread team as the loop splits it (docs/design.md, "Threading");
-# shown beside the default, not a peer.
+# "team": tokpos with TOKPOS_DECODE_TEAM_BYTES set, so a decode step is always
+# split over the thread team, as the loop splits it; the default splits it
+# only while calls come back to back (docs/design.md, "Threading"). Shown
+# beside the default, not a peer.
 TEAM_BYTES = str(64 << 10)
 
 
@@ -492,8 +493,8 @@ def main():
         print(f"  decode (B = 16, T = 1, D = 4096) forward, {threads} thread(s): {d['fwd_ms'] * 1000:.2f} us per "
               f"call, timed in C (no Python call overhead)")
     if "team" in impls and "decode" in shapes:
-        print(f"\na decode step split over the team (TOKPOS_DECODE_TEAM_BYTES={TEAM_BYTES}; the default keeps it "
-              "on one thread), us, ratio = other / team:")
+        print(f"\na decode step always split over the team (TOKPOS_DECODE_TEAM_BYTES={TEAM_BYTES}; the default "
+              "splits it while calls come back to back), us, ratio = other / team:")
         for threads in thread_counts:
             tm, t, lp = get("decode", threads, "team"), get("decode", threads, "tokpos"), get("decode", threads, "loop")
             for what in ("fwd", "bwd"):

@@ -25,6 +25,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -790,36 +791,50 @@ TEST(Kernels, BackwardAddsFewSourcesOneAtATime) {
 
 // A decode step's backward, split over the team in channel slices or not
 // (set_decode_team_bytes), gives the reference's bits: every element summed
-// in (b, t) order. D = 200 splits off the 16-float lines; rows repeat.
+// in (b, t) order. D = 200 splits off the 16-float lines, D = 600 takes more
+// than one chunk of channels; rows repeat, and position rows come in runs
+// (consecutive sources sharing one) and alone; either gradient may be absent.
 TEST(Kernels, DecodeStepBackwardBitsDoNotDependOnTheTeam) {
   namespace cpu = tokpos::kernels::cpu;
-  const int64_t D = 200, V = 9, L = 4;
-  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{16, 1}, {4, 4}, {1, 7}}) {
-    const int64_t N = B * T;
-    std::vector<int64_t> rows(static_cast<size_t>(N)), positions(static_cast<size_t>(N));
-    for (int64_t i = 0; i < N; ++i) {
-      rows[i] = i % 3 == 2 ? -1 : (i * 5) % V;  // -1: a padding row, no gradient
-      positions[i] = i % T % L;
-    }
-    const kn::RowGroups tok_groups = kn::group_rows(rows.data(), N, V);
-    const kn::RowGroups pos_groups = kn::group_rows(positions.data(), N, L);
-    const auto src = wide_noise(static_cast<size_t>(N * D), 61);
-    const kn::Source source{src.data(), T * D, D, B, T, D};
-    std::vector<float> want_a(V * D, 0.5f), want_b(L * D, -0.25f);
-    kn::reference_kernels().index_add_rows(target(want_a, D, rows, tok_groups, V),
-                                           target(want_b, D, positions, pos_groups, L), source, {});
-    for (const int64_t team_bytes : {int64_t{1}, int64_t{-1}, int64_t{1} << 40, int64_t{0}}) {
-      cpu::set_decode_team_bytes(team_bytes);
-      for (const kn::KernelTable* be : kn::backends())
-        for (const int threads : kThreadCounts) {
-          std::vector<float> a(V * D, 0.5f), b(L * D, -0.25f);
-          be->index_add_rows(target(a, D, rows, tok_groups, V), target(b, D, positions, pos_groups, L), source,
-                             {.threads = threads});
-          EXPECT_TRUE(agrees(*be, want_a, a) && agrees(*be, want_b, b))
-              << be->name << " B " << B << " T " << T << " threads " << threads << " team bytes " << team_bytes;
+  const int64_t V = 9, L = 4;
+  struct Case {
+    int64_t B, T;
+    bool runs;
+  };
+  for (const int64_t D : {int64_t{200}, int64_t{600}})
+    for (const Case c : {Case{16, 1, false}, Case{4, 4, false}, Case{1, 7, false}, Case{13, 1, true}, Case{2, 8, true}}) {
+      const int64_t B = c.B, T = c.T, N = B * T;
+      std::vector<int64_t> rows(static_cast<size_t>(N)), positions(static_cast<size_t>(N));
+      for (int64_t i = 0; i < N; ++i) {
+        rows[i] = i % 3 == 2 ? -1 : (i * 5) % V;  // -1: a padding row, no gradient
+        positions[i] = c.runs ? (i / 3 + i / 5) % L : i % T % L;
+      }
+      const kn::RowGroups tok_groups = kn::group_rows(rows.data(), N, V);
+      const kn::RowGroups pos_groups = kn::group_rows(positions.data(), N, L);
+      const auto src = wide_noise(static_cast<size_t>(N * D), 61);
+      const kn::Source source{src.data(), T * D, D, B, T, D};
+      for (const auto& [with_a, with_b] : {std::pair{true, true}, {true, false}, {false, true}}) {
+        std::vector<float> want_a(V * D, 0.5f), want_b(L * D, -0.25f);
+        auto targets = [&](std::vector<float>& a, std::vector<float>& b) {
+          return std::pair{with_a ? target(a, D, rows, tok_groups, V) : kn::GradTarget{},
+                           with_b ? target(b, D, positions, pos_groups, L) : kn::GradTarget{}};
+        };
+        const auto [ra, rb] = targets(want_a, want_b);
+        kn::reference_kernels().index_add_rows(ra, rb, source, {});
+        for (const int64_t team_bytes : {int64_t{1}, int64_t{-1}, int64_t{1} << 40, int64_t{0}}) {
+          cpu::set_decode_team_bytes(team_bytes);
+          for (const kn::KernelTable* be : kn::backends())
+            for (const int threads : kThreadCounts) {
+              std::vector<float> a(V * D, 0.5f), b(L * D, -0.25f);
+              const auto [ta, tb] = targets(a, b);
+              be->index_add_rows(ta, tb, source, {.threads = threads});
+              EXPECT_TRUE(agrees(*be, want_a, a) && agrees(*be, want_b, b))
+                  << be->name << " D " << D << " B " << B << " T " << T << " runs " << c.runs << " a " << with_a
+                  << " b " << with_b << " threads " << threads << " team bytes " << team_bytes;
+            }
         }
+      }
     }
-  }
   cpu::set_decode_team_bytes(-1);
 }
 
@@ -1672,22 +1687,110 @@ TEST(Kernels, ForwardBitsDoNotDependOnPrefetchOrVisitingOrder) {
 TEST(Kernels, DecodeTeamInBytes) {
   namespace cpu = tokpos::kernels::cpu;
   const kn::Exec two{.threads = 2}, seven{.threads = 7};
+  const int64_t now = 0;
   cpu::set_decode_team_bytes(-1);
   if (std::getenv("TOKPOS_DECODE_TEAM_BYTES") == nullptr) {
-    EXPECT_EQ(cpu::decode_team_bytes(), 0);  // the documented default: a decode step is never split
-    EXPECT_EQ(cpu::threads_for_tokens(two, 16, int64_t{1} << 30, 1 << 30), 1);
+    EXPECT_EQ(cpu::decode_team_bytes(), cpu::kDecodeTeamAuto);  // the documented default: the policy decides
+    // A thread with no calls yet: its team is not known to be awake.
+    std::thread([&] { EXPECT_EQ(cpu::threads_for_tokens(two, 16, int64_t{1} << 30, 1 << 30, now), 1); }).join();
+    std::thread([&] {
+      cpu::decode_team_policy().finished(-5'000, -2'000, 1, true, 1 << 16);  // a call just before
+      EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 4096 * 4, 16 * 4096, now), 2);
+      EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 768 * 4, 16 * 768, now), 1);  // 48 KiB: one thread
+      EXPECT_EQ(cpu::threads_for_tokens({.threads = 1}, 16, int64_t{1} << 30, 1 << 30, now), 1);
+      EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 4096 * 4, 16 * 4096, now + 2'000'000), 1);  // 2 ms later
+    }).join();
   }
   cpu::set_decode_team_bytes(64 << 10);
-  EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 4096 * 4, 16 * 4096), 2);  // Llama width, float32
-  EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 768 * 4, 16 * 768), 1);    // GPT-2 width: 48 KiB
-  EXPECT_EQ(cpu::threads_for_tokens(seven, 16, 16 * 4096 * 4, 16 * 4096), 4);
-  EXPECT_EQ(cpu::threads_for_tokens(seven, 3, int64_t{1} << 30, 1 << 30), 3);  // at most one a token
-  EXPECT_EQ(cpu::threads_for_tokens({.threads = 1}, 16, int64_t{1} << 30, 1 << 30), 1);
+  EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 4096 * 4, 16 * 4096, now), 2);  // Llama width, float32
+  EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 768 * 4, 16 * 768, now), 1);    // GPT-2 width: 48 KiB
+  EXPECT_EQ(cpu::threads_for_tokens(seven, 16, 16 * 4096 * 4, 16 * 4096, now), 4);
+  EXPECT_EQ(cpu::threads_for_tokens(seven, 3, int64_t{1} << 30, 1 << 30, now), 3);  // at most one a token
+  EXPECT_EQ(cpu::threads_for_tokens({.threads = 1}, 16, int64_t{1} << 30, 1 << 30, now), 1);
   // Past a decode step, threads_for's rule.
-  EXPECT_EQ(cpu::threads_for_tokens(two, 17, 17 * 4096 * 4, 17 * 4096), kn::threads_for(two, 17 * 4096));
+  EXPECT_EQ(cpu::threads_for_tokens(two, 17, 17 * 4096 * 4, 17 * 4096, now), kn::threads_for(two, 17 * 4096));
   cpu::set_decode_team_bytes(0);
-  EXPECT_EQ(cpu::threads_for_tokens(two, 16, int64_t{1} << 30, 1 << 30), 1);  // 0: never split
+  EXPECT_EQ(cpu::threads_for_tokens(two, 16, int64_t{1} << 30, 1 << 30, now), 1);  // 0: never split
   cpu::set_decode_team_bytes(-1);
+}
+
+// The policy's judgement, on made-up times (ns): back to back pays; a gap,
+// slow team steps in a row or a stalled one do not; the backoff grows, and
+// comes back down after a run of fast steps.
+TEST(Kernels, DecodeTeamPolicy) {
+  using P = tokpos::kernels::cpu::DecodeTeamPolicy;
+  static_assert(P::kSlowInARow == 2);
+  P p;
+  EXPECT_FALSE(p.team_pays(0));  // nothing known yet
+  const int64_t bytes = 1 << 18;
+  p.finished(0, 10'000, 1, true, bytes);  // one thread: 10 us for 256 KiB
+  EXPECT_TRUE(p.team_pays(10'000 + P::kHotNs));
+  EXPECT_FALSE(p.team_pays(10'001 + P::kHotNs));  // more than kHotNs after: asleep
+  // The first team step (it starts the team) is not judged.
+  p.finished(20'000, 120'000, 2, true, bytes);
+  EXPECT_TRUE(p.team_pays(130'000));
+  // With the team awake, a step slower than twice one thread's time plus the
+  // slack is slow; one alone changes nothing, two in a row stop the splitting.
+  const int64_t slow = 2 * 10'000 + P::kSlackNs + 1'000;
+  int64_t t = 130'000;
+  p.finished(t, t + 6'000, 2, true, bytes);  // fast
+  EXPECT_TRUE(p.team_pays(t + 7'000));
+  t += 10'000;
+  p.finished(t, t + slow, 2, true, bytes);
+  EXPECT_TRUE(p.team_pays(t + slow + 1'000));
+  t += slow + 1'000;
+  p.finished(t, t + 6'000, 2, true, bytes);  // fast: the count starts again
+  t += 7'000;
+  p.finished(t, t + slow, 2, true, bytes);
+  EXPECT_TRUE(p.team_pays(t + slow + 1'000));
+  t += slow + 1'000;
+  p.finished(t, t + slow, 2, true, bytes);  // the second in a row
+  const int64_t end1 = t + slow;
+  EXPECT_FALSE(p.team_pays(end1 + 1'000));
+  EXPECT_FALSE(p.team_pays(end1 + P::kBackoffMinNs - 1));
+  EXPECT_EQ(p.backoff, 4 * P::kBackoffMinNs);
+  // Calls keep coming on one thread during the backoff; after it, the team is
+  // woken again. A stalled step stops the splitting at once, for four times as long.
+  t = end1 + P::kBackoffMinNs;
+  p.finished(t - 20'000, t - 10'000, 1, true, bytes);
+  EXPECT_TRUE(p.team_pays(t));
+  p.finished(t, t + P::kStallNs + 1, 2, true, bytes);  // a team thread waited a scheduler tick
+  const int64_t end2 = t + P::kStallNs + 1;
+  EXPECT_FALSE(p.team_pays(end2 + 4 * P::kBackoffMinNs - 1));
+  EXPECT_EQ(p.backoff, 16 * P::kBackoffMinNs);
+  // Only kFastInARow fast steps in a row bring the backoff back down.
+  t = end2 + 4 * P::kBackoffMinNs;
+  p.finished(t - 20'000, t - 10'000, 1, true, bytes);
+  EXPECT_TRUE(p.team_pays(t));
+  p.finished(t, t + 50'000, 2, true, bytes);  // waking, under kStallNs: fast
+  EXPECT_TRUE(p.team_pays(t + 60'000));
+  for (int k = 1; k < P::kFastInARow; ++k) {
+    EXPECT_EQ(p.backoff, 16 * P::kBackoffMinNs) << k;
+    t += 60'000;
+    p.finished(t, t + 6'000, 2, true, bytes);
+  }
+  EXPECT_EQ(p.backoff, P::kBackoffMinNs);
+  EXPECT_TRUE(p.team_pays(t + 7'000));
+  // The backoff stops growing at kBackoffMaxNs.
+  for (int k = 0; k < 80; ++k) {
+    t = std::max(p.backoff_until, p.last_end);
+    p.finished(t, t + P::kStallNs + 1, 2, true, bytes);
+  }
+  EXPECT_EQ(p.backoff, P::kBackoffMaxNs);
+  // The thread's first team step starts OpenMP's threads: it is not judged.
+  P r;
+  r.finished(0, 10'000, 1, true, bytes);
+  r.finished(20'000, 20'000 + P::kStallNs + 1, 2, true, bytes);
+  const int64_t end3 = 20'000 + P::kStallNs + 1;
+  EXPECT_TRUE(r.team_pays(end3 + 1'000));
+  r.finished(end3 + 1'000, end3 + 1'000 + P::kStallNs + 1, 2, true, bytes);  // the next one is
+  EXPECT_FALSE(r.team_pays(end3 + 2'000 + P::kStallNs + 1));
+  // Calls that are not decode steps only mark the time.
+  P q;
+  q.finished(0, 5'000'000, 2, false, 0);
+  EXPECT_EQ(q.backoff, P::kBackoffMinNs);
+  EXPECT_EQ(q.one_thread_ns_per_byte, 0);
+  EXPECT_TRUE(q.team_pays(5'500'000));
 }
 
 TEST(Kernels, PrefetchDistanceInBytes) {

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 
 #include "common/env_setting.h"
@@ -71,28 +72,136 @@ inline void prefetch_pages(const void* row, int64_t bytes) {
   if (bytes > 0) __builtin_prefetch(p + bytes - 1, 0, 1);
 }
 
-// A decode step (at most kDecodeTokens tokens) stays on the calling thread
-// unless this is set: then it is split over the team when each thread gets
-// at least this many bytes of rows to write (the forward) or to read (the
-// backward). A team that is already spinning (called back to back, or from
-// an engine whose other ops run on the same OpenMP runtime) takes a 16-token
-// step at D = 4096 in 0.6-0.8 of one thread's time; a team that has gone to
-// sleep costs a wake-up, far more than the step (docs/design.md,
-// "Threading"). TOKPOS_DECODE_TEAM_BYTES sets it at the first use,
-// set_decode_team_bytes at run time (< 0: back to the default, 0: never).
+// A decode step (at most kDecodeTokens tokens) is split over the team only
+// where the team's threads are still spinning from this thread's previous
+// parallel region: then a 16-token step at D = 4096 takes 0.6-0.8 of one
+// thread's time; a team gone to sleep costs a wake-up, far more than the step,
+// and a team whose other core is busy costs a scheduler tick
+// (docs/design.md, "Threading"). DecodeTeamPolicy below judges that from the
+// calling thread's own recent calls. TOKPOS_DECODE_TEAM_BYTES, read at the
+// first use, or set_decode_team_bytes at run time (< 0: back to the default)
+// overrides it: 0 never splits; n > 0 always splits, one thread per n bytes of
+// rows written (the forward) or read (the backward). Unset (kDecodeTeamAuto):
+// one thread per kAutoDecodeTeamBytes, when the policy says the team pays.
 // The split never changes a result.
-inline detail::BytesSetting g_decode_team_bytes{"TOKPOS_DECODE_TEAM_BYTES", [] { return int64_t{0}; }};
+inline constexpr int64_t kDecodeTeamAuto = INT64_MAX;
+inline constexpr int64_t kAutoDecodeTeamBytes = int64_t{64} << 10;
+inline detail::BytesSetting g_decode_team_bytes{"TOKPOS_DECODE_TEAM_BYTES", [] { return kDecodeTeamAuto; }};
 inline int64_t decode_team_bytes() { return g_decode_team_bytes.get(); }
 inline void set_decode_team_bytes(int64_t bytes) { g_decode_team_bytes.set(bytes); }
+
+// Whether a decode step's team pays, from the times (steady clock, ns) of the
+// calling thread's own calls: the step is split when the previous call ended
+// at most kHotNs before (back to back, so the team's threads, which OpenMP
+// keeps spinning for milliseconds after a region, are still awake) and no
+// backoff is running. Each team step is judged:
+//  - stalled: it took more than kStallNs (a team thread waited for a core
+//    that another process held: a scheduler tick). The splitting stops at once.
+//  - slow: with the team's threads known awake (a region ended at most kHotNs
+//    before it), it took more than twice one thread's time for its bytes
+//    (from this thread's one-thread steps) plus kSlackNs. One alone is the
+//    machine's noise; kSlowInARow in a row stop the splitting.
+//  - else fast.
+// The thread's first team step is not judged: it starts the team's threads.
+// A stop lasts the backoff, which starts at kBackoffMinNs and grows fourfold
+// with every stop up to kBackoffMaxNs; kFastInARow fast steps in a row bring it
+// back to kBackoffMinNs. So a team that keeps stalling is tried less and
+// less often. The choice only moves time: the bits are the same.
+struct DecodeTeamPolicy {
+  static constexpr int64_t kHotNs = 1'000'000;
+  static constexpr int64_t kSlackNs = 10'000;
+  static constexpr int64_t kStallNs = 500'000;
+  static constexpr int64_t kBackoffMinNs = 20'000'000;
+  static constexpr int64_t kBackoffMaxNs = 10'000'000'000;
+  static constexpr int kSlowInARow = 2;
+  static constexpr int kFastInARow = 64;
+  static constexpr int64_t kNever = INT64_MIN / 4;
+
+  int64_t last_end = kNever;       // the end of the last call
+  int64_t last_team_end = kNever;  // the end of the last call on more than one thread
+  int64_t backoff_until = kNever;
+  int64_t backoff = kBackoffMinNs;
+  double one_thread_ns_per_byte = 0;  // 0: no one-thread step timed yet
+  int slow_in_a_row = 0, fast_in_a_row = 0;
+
+  bool team_pays(int64_t now) const { return now - last_end <= kHotNs && now >= backoff_until; }
+
+  // A call from start to end on nt threads; decode: it was a decode step of
+  // `bytes` bytes.
+  void finished(int64_t start, int64_t end, int nt, bool decode, int64_t bytes) {
+    const int64_t took = end - start;
+    if (decode && nt == 1 && bytes > 0) {
+      const double x = static_cast<double>(took) / static_cast<double>(bytes);
+      one_thread_ns_per_byte = one_thread_ns_per_byte == 0 ? x : 0.875 * one_thread_ns_per_byte + 0.125 * x;
+    }
+    if (decode && nt > 1) judge(start, end, took, bytes);
+    if (nt > 1) last_team_end = end;
+    last_end = end;
+  }
+
+ private:
+  void judge(int64_t start, int64_t end, int64_t took, int64_t bytes) {
+    if (last_team_end == kNever) return;  // the thread's first region: OpenMP starts its team's threads
+    const bool awake = start - last_team_end <= kHotNs;
+    const double expected = one_thread_ns_per_byte > 0 ? 2 * one_thread_ns_per_byte * static_cast<double>(bytes) : 0;
+    const bool stalled = took > kStallNs;
+    const bool slow = awake && (expected > 0 ? static_cast<double>(took) > expected + kSlackNs : took > 10 * kSlackNs);
+    if (!stalled && !slow) {
+      slow_in_a_row = 0;
+      if (++fast_in_a_row >= kFastInARow) backoff = kBackoffMinNs;
+      return;
+    }
+    fast_in_a_row = 0;
+    if (!stalled && ++slow_in_a_row < kSlowInARow) return;
+    slow_in_a_row = 0;
+    backoff_until = end + backoff;
+    backoff = std::min(4 * backoff, kBackoffMaxNs);
+  }
+};
+
+inline int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The calling thread's policy: OpenMP keeps a team of threads per calling
+// thread, so each caller judges its own.
+inline DecodeTeamPolicy& decode_team_policy() {
+  thread_local DecodeTeamPolicy p;
+  return p;
+}
+
 // Threads for N tokens whose rows are `bytes` bytes in all and whose work is
 // `work` (threads_for's measure): threads_for's rule, except that a decode
-// step takes one thread per decode_team_bytes, at most one per token.
-inline int threads_for_tokens(const Exec& ex, int64_t N, int64_t bytes, int64_t work) {
+// step takes one thread per decode_team_bytes (kAutoDecodeTeamBytes while the
+// policy says the team pays, else one), at most one per token. now: the
+// call's start on steady_ns's clock.
+inline int threads_for_tokens(const Exec& ex, int64_t N, int64_t bytes, int64_t work, int64_t now) {
   if (N > kDecodeTokens) return threads_for(ex, work);
-  const int64_t per = decode_team_bytes();
+  int64_t per = decode_team_bytes();
+  if (per == kDecodeTeamAuto) per = ex.threads > 1 && decode_team_policy().team_pays(now) ? kAutoDecodeTeamBytes : 0;
   if (per == 0) return 1;
   return static_cast<int>(std::clamp<int64_t>(bytes / per, 1, std::min<int64_t>(std::max(ex.threads, 1), N)));
 }
+
+// A call whose decode steps the policy judges: it chooses the threads at its
+// start and reports the call to the policy at its end.
+class TimedTokens {
+ public:
+  // max_threads: the most the call can use.
+  TimedTokens(const Exec& ex, int64_t N, int64_t bytes, int64_t work, int64_t max_threads = INT32_MAX)
+      : start_(steady_ns()), bytes_(bytes), decode_(N <= kDecodeTokens),
+        nt_(static_cast<int>(std::min<int64_t>(threads_for_tokens(ex, N, bytes, work, start_), max_threads))) {}
+  ~TimedTokens() { decode_team_policy().finished(start_, steady_ns(), nt_, decode_, bytes_); }
+  TimedTokens(const TimedTokens&) = delete;
+  TimedTokens& operator=(const TimedTokens&) = delete;
+  int threads() const { return nt_; }
+
+ private:
+  int64_t start_, bytes_;
+  bool decode_;
+  int nt_;
+};
 
 // Calls rows(n0, n1) over all N tokens on nt threads: once, with no OpenMP
 // region at all, for one thread; else one contiguous token range per thread,
@@ -110,7 +219,8 @@ void over_token_ranges_on(int nt, int64_t N, RowsFn&& rows) {
 // Over threads_for_tokens' team (row_bytes: the bytes written per token).
 template <typename RowsFn>
 void over_token_ranges(const Exec& ex, int64_t N, int64_t work, int64_t row_bytes, RowsFn&& rows) {
-  over_token_ranges_on(threads_for_tokens(ex, N, N * row_bytes, work), N, rows);
+  const TimedTokens call(ex, N, N * row_bytes, work);
+  over_token_ranges_on(call.threads(), N, rows);
 }
 
 // The same with a decode step always on the calling thread.

@@ -40,22 +40,14 @@ void add_rows_in_order(float* grad_row, const Source& src, const int64_t* order,
   for (int64_t k = k0; k < k1; ++k) add_row(grad_row, src.row(order[k]), src.D);
 }
 
-// One row of src added to two gradient rows (either may be null). One pass
-// reads s once and overlaps the misses on s, a and b: the faster order where
-// the rows come from memory. two_passes: a += s, then b += s with s in L1,
-// so the stores to b do not queue behind the stores to a; about 15% faster
-// at a decode step, whose rows are in the cache. The same additions either way.
+// One row of src added to two gradient rows (either may be null), in one
+// pass that reads s once and overlaps the misses on s, a and b.
 TOKPOS_KERNEL_CLONES
-void add_row2(float* a_row, float* b_row, const float* s_row, int64_t D, bool two_passes = false) {
+void add_row2(float* a_row, float* b_row, const float* s_row, int64_t D) {
   const float* __restrict s = s_row;
   if (a_row != nullptr && b_row != nullptr) {
     float* __restrict a = a_row;
     float* __restrict b = b_row;
-    if (two_passes) {
-      for (int64_t d = 0; d < D; ++d) a[d] += s[d];
-      for (int64_t d = 0; d < D; ++d) b[d] += s[d];
-      return;
-    }
     for (int64_t d = 0; d < D; ++d) {
       const float x = s[d];
       a[d] += x;
@@ -284,7 +276,46 @@ void add_in_order(const GradTarget& a, const GradTarget& b, const Source& src, i
     const float* s = src.row(i) + d0;
     float* const pa = ga != nullptr && a.rows[i] >= 0 ? ga + a.rows[i] * as + d0 : nullptr;
     float* const pb = gb != nullptr && b.rows[i] >= 0 ? gb + b.rows[i] * bs + d0 : nullptr;
-    add_row2(pa, pb, s, len, N <= kDecodeTokens);
+    add_row2(pa, pb, s, len);
+  }
+}
+
+// A decode step's form of add_in_order (at most kDecodeTokens sources, whose
+// rows fit in the L2): chunk by chunk of kStepChunk channels, every source's
+// chunk is added to its a row, and to a copy of its b row's chunk held in a
+// local buffer for as long as consecutive sources share that b row (in a
+// batch of one-token sequences every source adds to one position row). The
+// b row is then read and written once a run instead of once a source; each
+// element still gets its sources one at a time in (b, t) order, so the bits
+// are add_in_order's.
+inline constexpr int64_t kStepChunk = 2048;
+TOKPOS_KERNEL_CLONES
+void add_step_in_order(const GradTarget& a, const GradTarget& b, const Source& src, int64_t d0, int64_t d1) {
+  const int64_t N = src.B * src.T;
+  float* const ga = a.grad;
+  float* const gb = b.grad;
+  const int64_t as = a.stride, bs = b.stride;
+  alignas(64) float held[kStepChunk];
+  for (int64_t c0 = d0; c0 < d1; c0 += kStepChunk) {
+    const int64_t len = std::min(kStepChunk, d1 - c0);
+    float* __restrict h = held;
+    int64_t held_row = -1;
+    for (int64_t i = 0; i < N; ++i) {
+      const float* __restrict s = src.row(i) + c0;
+      if (ga != nullptr && a.rows[i] >= 0) {
+        float* __restrict g = ga + a.rows[i] * as + c0;
+        for (int64_t d = 0; d < len; ++d) g[d] += s[d];
+      }
+      if (gb == nullptr) continue;
+      if (const int64_t r = b.rows[i]; r != held_row) {
+        if (held_row >= 0) std::copy(h, h + len, gb + held_row * bs + c0);
+        if (r >= 0) std::copy(gb + r * bs + c0, gb + r * bs + c0 + len, h);
+        held_row = r;
+      }
+      if (held_row >= 0)
+        for (int64_t d = 0; d < len; ++d) h[d] += s[d];
+    }
+    if (held_row >= 0) std::copy(h, h + len, gb + held_row * bs + c0);
   }
 }
 
@@ -297,11 +328,15 @@ inline constexpr int64_t kMinSlice = 64;
 // channels are too few for the team (the grouped scatter threads over rows).
 bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex, Workspace& ws) {
   const int64_t N = src.B * src.T, D = src.D;
-  const int nt = threads_for_tokens(ex, N, N * D * static_cast<int64_t>(sizeof(float)), N * D);
+  // A decode step's team is at most one thread per kMinSlice channels.
+  const TimedTokens call(ex, N, N * D * static_cast<int64_t>(sizeof(float)), N * D,
+                         N <= kDecodeTokens ? std::max<int64_t>(1, D / kMinSlice) : INT32_MAX);
+  const int nt = call.threads();
   if (nt > 1 && D < kMinSlice * nt) return false;
   if (!at_most_a_block(a, N, D, ws) || !at_most_a_block(b, N, D, ws)) return false;
+  const auto add = N <= kDecodeTokens ? add_step_in_order : add_in_order;
   if (nt == 1) {
-    add_in_order(a, b, src, 0, D);
+    add(a, b, src, 0, D);
     return true;
   }
 #pragma omp parallel num_threads(nt)
@@ -309,7 +344,7 @@ bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& sr
     const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
     const int64_t d0 = std::min(D, (D * k / team + 15) / 16 * 16);
     const int64_t d1 = k + 1 == team ? D : std::min(D, (D * (k + 1) / team + 15) / 16 * 16);
-    if (d1 > d0) add_in_order(a, b, src, d0, d1);
+    if (d1 > d0) add(a, b, src, d0, d1);
   }
   return true;
 }
