@@ -1750,13 +1750,21 @@ TEST(Kernels, DecodeTeamPolicy) {
   EXPECT_FALSE(p.team_pays(end1 + P::kBackoffMinNs - 1));
   EXPECT_EQ(p.backoff, 4 * P::kBackoffMinNs);
   // Calls keep coming on one thread during the backoff; after it, the team is
-  // woken again. A stalled step stops the splitting at once, for four times as long.
+  // woken again. A long step whose threads all began on time (page faults)
+  // is slow; one whose last thread began more than kStallNs late is stalled
+  // and stops the splitting at once, for four times as long.
   t = end1 + P::kBackoffMinNs;
   p.finished(t - 20'000, t - 10'000, 1, true, bytes);
   EXPECT_TRUE(p.team_pays(t));
-  p.finished(t, t + P::kStallNs + 1, 2, true, bytes);  // a team thread waited a scheduler tick
+  p.finished(t, t + P::kStallNs + 1, 2, true, bytes, 1'000);  // long, threads on time: slow
+  t += P::kStallNs + 1;
+  EXPECT_TRUE(p.team_pays(t + 1'000));
+  t += 1'000;
+  p.finished(t, t + 6'000, 2, true, bytes);  // fast: the count starts again
+  t += 7'000;
+  p.finished(t, t + P::kStallNs + 1, 2, true, bytes, P::kStallNs + 1);  // a thread waited a scheduler tick
   const int64_t end2 = t + P::kStallNs + 1;
-  EXPECT_FALSE(p.team_pays(end2 + 4 * P::kBackoffMinNs - 1));
+  EXPECT_FALSE(p.team_pays(end2 + 1'000));  // hot, but stopped
   EXPECT_EQ(p.backoff, 16 * P::kBackoffMinNs);
   // Only kFastInARow fast steps in a row bring the backoff back down.
   t = end2 + 4 * P::kBackoffMinNs;
@@ -1774,16 +1782,16 @@ TEST(Kernels, DecodeTeamPolicy) {
   // The backoff stops growing at kBackoffMaxNs.
   for (int k = 0; k < 80; ++k) {
     t = std::max(p.backoff_until, p.last_end);
-    p.finished(t, t + P::kStallNs + 1, 2, true, bytes);
+    p.finished(t, t + P::kStallNs + 1, 2, true, bytes, P::kStallNs + 1);
   }
   EXPECT_EQ(p.backoff, P::kBackoffMaxNs);
   // The thread's first team step starts OpenMP's threads: it is not judged.
   P r;
   r.finished(0, 10'000, 1, true, bytes);
-  r.finished(20'000, 20'000 + P::kStallNs + 1, 2, true, bytes);
+  r.finished(20'000, 20'000 + P::kStallNs + 1, 2, true, bytes, P::kStallNs + 1);
   const int64_t end3 = 20'000 + P::kStallNs + 1;
   EXPECT_TRUE(r.team_pays(end3 + 1'000));
-  r.finished(end3 + 1'000, end3 + 1'000 + P::kStallNs + 1, 2, true, bytes);  // the next one is
+  r.finished(end3 + 1'000, end3 + 1'000 + P::kStallNs + 1, 2, true, bytes, P::kStallNs + 1);  // the next is
   EXPECT_FALSE(r.team_pays(end3 + 2'000 + P::kStallNs + 1));
   // Calls that are not decode steps only mark the time.
   P q;

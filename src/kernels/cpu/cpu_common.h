@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -95,12 +96,14 @@ inline void set_decode_team_bytes(int64_t bytes) { g_decode_team_bytes.set(bytes
 // at most kHotNs before (back to back, so the team's threads, which OpenMP
 // keeps spinning for milliseconds after a region, are still awake) and no
 // backoff is running. Each team step is judged:
-//  - stalled: it took more than kStallNs (a team thread waited for a core
-//    that another process held: a scheduler tick). The splitting stops at once.
-//  - slow: with the team's threads known awake (a region ended at most kHotNs
-//    before it), it took more than twice one thread's time for its bytes
-//    (from this thread's one-thread steps) plus kSlackNs. One alone is the
-//    machine's noise; kSlowInARow in a row stop the splitting.
+//  - stalled: a team thread started its part more than kStallNs after the
+//    step began (it waited for a core that another process held: a
+//    scheduler tick). The splitting stops at once.
+//  - slow: it took more than kStallNs all the same (the page faults of a new
+//    buffer, say), or, with the team's threads known awake (a region ended
+//    at most kHotNs before it), more than twice one thread's time for its
+//    bytes (from this thread's one-thread steps) plus kSlackNs. One alone is
+//    noise; kSlowInARow in a row stop the splitting.
 //  - else fast.
 // The thread's first team step is not judged: it starts the team's threads.
 // A stop lasts the backoff, which starts at kBackoffMinNs and grows fourfold
@@ -127,25 +130,25 @@ struct DecodeTeamPolicy {
   bool team_pays(int64_t now) const { return now - last_end <= kHotNs && now >= backoff_until; }
 
   // A call from start to end on nt threads; decode: it was a decode step of
-  // `bytes` bytes.
-  void finished(int64_t start, int64_t end, int nt, bool decode, int64_t bytes) {
+  // `bytes` bytes; late: how long after start its last thread began its part.
+  void finished(int64_t start, int64_t end, int nt, bool decode, int64_t bytes, int64_t late = 0) {
     const int64_t took = end - start;
     if (decode && nt == 1 && bytes > 0) {
       const double x = static_cast<double>(took) / static_cast<double>(bytes);
       one_thread_ns_per_byte = one_thread_ns_per_byte == 0 ? x : 0.875 * one_thread_ns_per_byte + 0.125 * x;
     }
-    if (decode && nt > 1) judge(start, end, took, bytes);
+    if (decode && nt > 1) judge(end, took, bytes, start - last_team_end <= kHotNs, late);
     if (nt > 1) last_team_end = end;
     last_end = end;
   }
 
  private:
-  void judge(int64_t start, int64_t end, int64_t took, int64_t bytes) {
+  void judge(int64_t end, int64_t took, int64_t bytes, bool awake, int64_t late) {
     if (last_team_end == kNever) return;  // the thread's first region: OpenMP starts its team's threads
-    const bool awake = start - last_team_end <= kHotNs;
     const double expected = one_thread_ns_per_byte > 0 ? 2 * one_thread_ns_per_byte * static_cast<double>(bytes) : 0;
-    const bool stalled = took > kStallNs;
-    const bool slow = awake && (expected > 0 ? static_cast<double>(took) > expected + kSlackNs : took > 10 * kSlackNs);
+    const bool stalled = late > kStallNs;
+    const bool slow = took > kStallNs ||
+                      (awake && (expected > 0 ? static_cast<double>(took) > expected + kSlackNs : took > 10 * kSlackNs));
     if (!stalled && !slow) {
       slow_in_a_row = 0;
       if (++fast_in_a_row >= kFastInARow) backoff = kBackoffMinNs;
@@ -192,25 +195,37 @@ class TimedTokens {
   TimedTokens(const Exec& ex, int64_t N, int64_t bytes, int64_t work, int64_t max_threads = INT32_MAX)
       : start_(steady_ns()), bytes_(bytes), decode_(N <= kDecodeTokens),
         nt_(static_cast<int>(std::min<int64_t>(threads_for_tokens(ex, N, bytes, work, start_), max_threads))) {}
-  ~TimedTokens() { decode_team_policy().finished(start_, steady_ns(), nt_, decode_, bytes_); }
+  ~TimedTokens() {
+    const int64_t last = last_thread_start_.load(std::memory_order_relaxed);
+    decode_team_policy().finished(start_, steady_ns(), nt_, decode_, bytes_, last > start_ ? last - start_ : 0);
+  }
   TimedTokens(const TimedTokens&) = delete;
   TimedTokens& operator=(const TimedTokens&) = delete;
   int threads() const { return nt_; }
+  // Called by each thread of the call's region as it begins its part.
+  void thread_started() const {
+    const int64_t now = steady_ns();
+    int64_t seen = last_thread_start_.load(std::memory_order_relaxed);
+    while (seen < now && !last_thread_start_.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+  }
 
  private:
   int64_t start_, bytes_;
   bool decode_;
   int nt_;
+  mutable std::atomic<int64_t> last_thread_start_{0};
 };
 
 // Calls rows(n0, n1) over all N tokens on nt threads: once, with no OpenMP
 // region at all, for one thread; else one contiguous token range per thread,
 // so each thread streams its own part of the output.
 template <typename RowsFn>
-void over_token_ranges_on(int nt, int64_t N, RowsFn&& rows) {
+void over_token_ranges_on(int nt, int64_t N, RowsFn&& rows, const TimedTokens* call = nullptr) {
   if (nt == 1) return rows(int64_t{0}, N);
 #pragma omp parallel num_threads(nt)
   {
+    if (call != nullptr) call->thread_started();
     const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
     rows(N * k / team, N * (k + 1) / team);
   }
@@ -220,7 +235,7 @@ void over_token_ranges_on(int nt, int64_t N, RowsFn&& rows) {
 template <typename RowsFn>
 void over_token_ranges(const Exec& ex, int64_t N, int64_t work, int64_t row_bytes, RowsFn&& rows) {
   const TimedTokens call(ex, N, N * row_bytes, work);
-  over_token_ranges_on(call.threads(), N, rows);
+  over_token_ranges_on(call.threads(), N, rows, &call);
 }
 
 // The same with a decode step always on the calling thread.

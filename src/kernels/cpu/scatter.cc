@@ -341,6 +341,7 @@ bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& sr
   }
 #pragma omp parallel num_threads(nt)
   {
+    call.thread_started();
     const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
     const int64_t d0 = std::min(D, (D * k / team + 15) / 16 * 16);
     const int64_t d1 = k + 1 == team ? D : std::min(D, (D * (k + 1) / team + 15) / 16 * 16);
