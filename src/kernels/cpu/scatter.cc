@@ -298,24 +298,19 @@ void add_step_in_order(const GradTarget& a, const GradTarget& b, const Source& s
   alignas(64) float held[kStepChunk];
   for (int64_t c0 = d0; c0 < d1; c0 += kStepChunk) {
     const int64_t len = std::min(kStepChunk, d1 - c0);
-    float* __restrict h = held;
     int64_t held_row = -1;
     for (int64_t i = 0; i < N; ++i) {
-      const float* __restrict s = src.row(i) + c0;
-      if (ga != nullptr && a.rows[i] >= 0) {
-        float* __restrict g = ga + a.rows[i] * as + c0;
-        for (int64_t d = 0; d < len; ++d) g[d] += s[d];
-      }
+      const float* s = src.row(i) + c0;
+      if (ga != nullptr && a.rows[i] >= 0) add_row(ga + a.rows[i] * as + c0, s, len);
       if (gb == nullptr) continue;
       if (const int64_t r = b.rows[i]; r != held_row) {
-        if (held_row >= 0) std::copy(h, h + len, gb + held_row * bs + c0);
-        if (r >= 0) std::copy(gb + r * bs + c0, gb + r * bs + c0 + len, h);
+        if (held_row >= 0) std::copy(held, held + len, gb + held_row * bs + c0);
+        if (r >= 0) std::copy(gb + r * bs + c0, gb + r * bs + c0 + len, held);
         held_row = r;
       }
-      if (held_row >= 0)
-        for (int64_t d = 0; d < len; ++d) h[d] += s[d];
+      if (held_row >= 0) add_row(held, s, len);
     }
-    if (held_row >= 0) std::copy(h, h + len, gb + held_row * bs + c0);
+    if (held_row >= 0) std::copy(held, held + len, gb + held_row * bs + c0);
   }
 }
 
