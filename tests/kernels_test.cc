@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -1726,79 +1727,148 @@ TEST(Kernels, DecodeTeamPolicy) {
   p.finished(0, 10'000, 1, true, bytes);  // one thread: 10 us for 256 KiB
   EXPECT_TRUE(p.team_pays(10'000 + P::kHotNs));
   EXPECT_FALSE(p.team_pays(10'001 + P::kHotNs));  // more than kHotNs after: asleep
-  // The first team step (it starts the team) is not judged.
-  p.finished(20'000, 120'000, 2, true, bytes);
-  EXPECT_TRUE(p.team_pays(130'000));
-  // With the team awake, a step slower than twice one thread's time plus the
-  // slack is slow; one alone changes nothing, two in a row stop the splitting.
-  const int64_t slow = 2 * 10'000 + P::kSlackNs + 1'000;
-  int64_t t = 130'000;
-  p.finished(t, t + 6'000, 2, true, bytes);  // fast
-  EXPECT_TRUE(p.team_pays(t + 7'000));
-  t += 10'000;
-  p.finished(t, t + slow, 2, true, bytes);
-  EXPECT_TRUE(p.team_pays(t + slow + 1'000));
+  // One thread's time falls at once to a faster step and rises an eighth of
+  // the way to a slower one.
+  p.finished(20'000, 28'000, 1, true, bytes);
+  EXPECT_DOUBLE_EQ(p.one_thread_ns_per_byte, 8'000.0 / bytes);
+  p.finished(30'000, 118'000, 1, true, bytes);  // 88 us
+  EXPECT_DOUBLE_EQ(p.one_thread_ns_per_byte, 18'000.0 / bytes);
+  // The first split step (it may start the workers) is not judged.
+  int64_t t = 200'000;
+  p.finished(t, t + 2 * P::kStallNs, 2, true, bytes, P::kStallNs + 1);
+  t += 2 * P::kStallNs + 1'000;
+  EXPECT_TRUE(p.team_pays(t));
+  // With the workers awake, a step slower than twice one thread's time plus
+  // the slack is slow if its caller waited for the others more than the
+  // slack; a slow caller (a page fault, a preemption) is not the team's doing.
+  const int64_t slow = 2 * 18'000 + P::kSlackNs + 1'000;
+  for (int k = 0; k < 3; ++k) {
+    p.finished(t, t + slow, 2, true, bytes, P::kSlackNs);
+    t += slow + 1'000;
+  }
+  EXPECT_TRUE(p.team_pays(t));
+  // One slow step alone changes nothing; a fast one between starts the count
+  // again; two in a row stop the splitting for kBackoffMinNs.
+  p.finished(t, t + slow, 2, true, bytes, P::kSlackNs + 1);
   t += slow + 1'000;
-  p.finished(t, t + 6'000, 2, true, bytes);  // fast: the count starts again
+  EXPECT_TRUE(p.team_pays(t));
+  p.finished(t, t + 6'000, 2, true, bytes, 500);  // fast
   t += 7'000;
-  p.finished(t, t + slow, 2, true, bytes);
-  EXPECT_TRUE(p.team_pays(t + slow + 1'000));
+  p.finished(t, t + slow, 2, true, bytes, P::kSlackNs + 1);
   t += slow + 1'000;
-  p.finished(t, t + slow, 2, true, bytes);  // the second in a row
+  EXPECT_TRUE(p.team_pays(t));
+  p.finished(t, t + slow, 2, true, bytes, P::kSlackNs + 1);  // the second in a row
   const int64_t end1 = t + slow;
   EXPECT_FALSE(p.team_pays(end1 + 1'000));
   EXPECT_FALSE(p.team_pays(end1 + P::kBackoffMinNs - 1));
-  EXPECT_EQ(p.backoff, 4 * P::kBackoffMinNs);
-  // Calls keep coming on one thread during the backoff; after it, the team is
-  // woken again. A long step whose threads all began on time (page faults)
-  // is slow; one whose last thread began more than kStallNs late is stalled
-  // and stops the splitting at once, for four times as long.
+  EXPECT_EQ(p.backoff, P::kBackoffMinNs);
+  // Calls keep coming on one thread during the stop; after it, the team is
+  // used again. A step whose caller waited more than kStallNs (a worker waited
+  // for a core) stops the splitting at once, and, coming less than kCalmNs
+  // after the last stop, for four times as long.
   t = end1 + P::kBackoffMinNs;
   p.finished(t - 20'000, t - 10'000, 1, true, bytes);
   EXPECT_TRUE(p.team_pays(t));
-  p.finished(t, t + P::kStallNs + 1, 2, true, bytes, 1'000);  // long, threads on time: slow
-  t += P::kStallNs + 1;
-  EXPECT_TRUE(p.team_pays(t + 1'000));
-  t += 1'000;
-  p.finished(t, t + 6'000, 2, true, bytes);  // fast: the count starts again
-  t += 7'000;
-  p.finished(t, t + P::kStallNs + 1, 2, true, bytes, P::kStallNs + 1);  // a thread waited a scheduler tick
-  const int64_t end2 = t + P::kStallNs + 1;
-  EXPECT_FALSE(p.team_pays(end2 + 1'000));  // hot, but stopped
-  EXPECT_EQ(p.backoff, 16 * P::kBackoffMinNs);
-  // Only kFastInARow fast steps in a row bring the backoff back down.
-  t = end2 + 4 * P::kBackoffMinNs;
-  p.finished(t - 20'000, t - 10'000, 1, true, bytes);
+  p.finished(t, t + P::kStallNs + 2'000, 2, true, bytes, P::kStallNs);  // waited, not past kStallNs: slow once
+  t += P::kStallNs + 3'000;
   EXPECT_TRUE(p.team_pays(t));
-  p.finished(t, t + 50'000, 2, true, bytes);  // waking, under kStallNs: fast
-  EXPECT_TRUE(p.team_pays(t + 60'000));
-  for (int k = 1; k < P::kFastInARow; ++k) {
-    EXPECT_EQ(p.backoff, 16 * P::kBackoffMinNs) << k;
-    t += 60'000;
-    p.finished(t, t + 6'000, 2, true, bytes);
-  }
-  EXPECT_EQ(p.backoff, P::kBackoffMinNs);
-  EXPECT_TRUE(p.team_pays(t + 7'000));
-  // The backoff stops growing at kBackoffMaxNs.
-  for (int k = 0; k < 80; ++k) {
-    t = std::max(p.backoff_until, p.last_end);
-    p.finished(t, t + P::kStallNs + 1, 2, true, bytes, P::kStallNs + 1);
+  p.finished(t, t + 6'000, 2, true, bytes);  // fast
+  t += 7'000;
+  p.finished(t, t + P::kStallNs + 2'000, 2, true, bytes, P::kStallNs + 1);
+  const int64_t end2 = t + P::kStallNs + 2'000;
+  EXPECT_FALSE(p.team_pays(end2 + 1'000));  // hot, but stopped
+  EXPECT_EQ(p.backoff, 4 * P::kBackoffMinNs);
+  EXPECT_EQ(p.backoff_until, end2 + 4 * P::kBackoffMinNs);
+  // Stops that keep coming soon after the last grow up to kBackoffMaxNs.
+  for (int k = 0; k < 40; ++k) {
+    t = p.backoff_until + 1'000;
+    p.finished(t, t + P::kStallNs + 2, 2, true, bytes, P::kStallNs + 1);
   }
   EXPECT_EQ(p.backoff, P::kBackoffMaxNs);
-  // The thread's first team step starts OpenMP's threads: it is not judged.
+  // A stop more than kCalmNs after the last one ended is the shortest again.
+  t = p.backoff_until + P::kCalmNs + 1;
+  p.finished(t, t + P::kStallNs + 2, 2, true, bytes, P::kStallNs + 1);
+  EXPECT_EQ(p.backoff, P::kBackoffMinNs);
+  // A thread's first split step is not judged, the next is.
   P r;
   r.finished(0, 10'000, 1, true, bytes);
-  r.finished(20'000, 20'000 + P::kStallNs + 1, 2, true, bytes, P::kStallNs + 1);
-  const int64_t end3 = 20'000 + P::kStallNs + 1;
+  r.finished(20'000, 20'000 + P::kStallNs + 2, 2, true, bytes, P::kStallNs + 1);
+  const int64_t end3 = 20'000 + P::kStallNs + 2;
   EXPECT_TRUE(r.team_pays(end3 + 1'000));
-  r.finished(end3 + 1'000, end3 + 1'000 + P::kStallNs + 1, 2, true, bytes, P::kStallNs + 1);  // the next is
-  EXPECT_FALSE(r.team_pays(end3 + 2'000 + P::kStallNs + 1));
+  r.finished(end3 + 1'000, end3 + 1'000 + P::kStallNs + 2, 2, true, bytes, P::kStallNs + 1);
+  EXPECT_FALSE(r.team_pays(end3 + 2'000 + P::kStallNs + 2));
   // Calls that are not decode steps only mark the time.
   P q;
-  q.finished(0, 5'000'000, 2, false, 0);
-  EXPECT_EQ(q.backoff, P::kBackoffMinNs);
+  q.finished(0, 5'000'000, 2, false, 0, P::kStallNs + 1);
+  EXPECT_EQ(q.backoff, 0);
   EXPECT_EQ(q.one_thread_ns_per_byte, 0);
   EXPECT_TRUE(q.team_pays(5'500'000));
+}
+
+// The decode team runs each part once, part 0 on the caller, and the others
+// on its workers, spinning or woken from sleep; a second caller while it is in
+// use is refused (and runs its step another way).
+TEST(Kernels, DecodeTeamRunsEachPartOnce) {
+  namespace cpu = tokpos::kernels::cpu;
+  const std::thread::id caller = std::this_thread::get_id();
+  const int cores = omp_get_num_procs();
+  for (const int nt : {2, 3, 5, 16}) {
+    if (nt > cores) {
+      auto none = [](int, int) { ADD_FAILURE() << "ran"; };
+      EXPECT_FALSE(cpu::run_on_decode_team(nt, none)) << "more threads than cores";
+      continue;
+    }
+    for (int round = 0; round < 300; ++round) {
+      std::vector<int> ran(static_cast<size_t>(nt), 0);
+      std::vector<std::thread::id> where(static_cast<size_t>(nt));
+      auto part = [&](int k, int team) {
+        EXPECT_EQ(team, nt);
+        ++ran[static_cast<size_t>(k)];
+        where[static_cast<size_t>(k)] = std::this_thread::get_id();
+      };
+      if (round == 150) std::this_thread::sleep_for(std::chrono::nanoseconds(2 * cpu::kDecodeTeamSpinNs));  // asleep
+      ASSERT_TRUE(cpu::run_on_decode_team(nt, part)) << nt;
+      for (int k = 0; k < nt; ++k) {
+        ASSERT_EQ(ran[static_cast<size_t>(k)], 1) << "nt " << nt << " part " << k << " round " << round;
+        EXPECT_EQ(where[static_cast<size_t>(k)] == caller, k == 0) << k;
+      }
+    }
+  }
+  bool nested = true;
+  auto outer = [&](int k, int) {
+    auto inner = [](int, int) {};
+    if (k == 0) nested = cpu::run_on_decode_team(2, inner);  // the team is this call's
+  };
+  ASSERT_TRUE(cpu::run_on_decode_team(2, outer));
+  EXPECT_FALSE(nested);
+  auto none = [](int, int) { ADD_FAILURE() << "ran"; };
+  EXPECT_FALSE(cpu::run_on_decode_team(1, none));
+}
+
+// A child after fork() has none of its parent's workers: it starts its own.
+TEST(Kernels, DecodeTeamAfterFork) {
+  namespace cpu = tokpos::kernels::cpu;
+  auto part = [](int, int) {};
+  if (omp_get_num_procs() < 2) {
+    EXPECT_FALSE(cpu::run_on_decode_team(2, part));  // no team without a core for each thread
+    return;
+  }
+  ASSERT_TRUE(cpu::run_on_decode_team(2, part));  // the parent's team exists and spins
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    alarm(20);  // a child that waited for its parent's workers would hang: fail instead
+    int ran = 0;
+    auto count = [&](int k, int) {
+      if (k == 1) __atomic_fetch_add(&ran, 1, __ATOMIC_RELAXED);
+    };
+    const bool ok = cpu::run_on_decode_team(2, count) && cpu::run_on_decode_team(2, count);
+    _exit(ok && ran == 2 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(Kernels, PrefetchDistanceInBytes) {

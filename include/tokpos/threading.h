@@ -11,8 +11,10 @@
 
 namespace tokpos {
 
-// n >= 1: use n threads. n <= 0: use every core (the default, unless the
-// environment variable TOKPOS_NUM_THREADS gives a count at start-up).
+// n >= 1: use n threads. n <= 0: use every core the process may run on (the
+// default, unless the environment variable TOKPOS_NUM_THREADS gives a count at
+// start-up). That core count is read at the first use and again by each call
+// of set_num_threads, so a process whose affinity changes calls it again.
 // One setting for the whole process; set it before starting work, not while
 // other threads are calling tokpos.
 TOKPOS_API void set_num_threads(int n);

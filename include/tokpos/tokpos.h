@@ -66,7 +66,8 @@ TOKPOS_API const char* tokpos_status_string(tokpos_status s);
 TOKPOS_API const char* tokpos_last_error(void);
 /* "0.1.0" */
 TOKPOS_API const char* tokpos_version(void);
-/* n >= 1: use n threads; 0 (or negative) = all cores. Results never depend on it. */
+/* n >= 1: use n threads; 0 (or negative) = all cores the process may run on (counted
+   at the first use and again at each call). Results never depend on it. */
 TOKPOS_API void tokpos_set_num_threads(int n);
 TOKPOS_API int tokpos_get_num_threads(void);
 /* A forward whose output is at least `bytes` bytes writes it with streaming

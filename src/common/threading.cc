@@ -61,15 +61,28 @@ int64_t default_stream_min_bytes() {
 // TOKPOS_STREAM_MIN_BYTES from the environment, else half the last-level
 // cache, read at the first use (so loading the library reads no files).
 detail::BytesSetting g_stream_min_bytes{"TOKPOS_STREAM_MIN_BYTES", default_stream_min_bytes};
+
+// The cores the process may run on, as omp_get_num_procs reports them (a
+// system call each time: the process's affinity mask), read at the first
+// use and again by every set_num_threads, not by every kernel call.
+std::atomic<int> g_cores{0};
+int read_cores() {
+  const int n = std::max(1, omp_get_num_procs());
+  g_cores.store(n, std::memory_order_relaxed);
+  return n;
+}
 }  // namespace
 
 void set_num_threads(int n) {
+  read_cores();
   g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed);
 }
 
 int num_threads() {
   const int n = g_threads.load(std::memory_order_relaxed);
-  return n > 0 ? n : std::max(1, omp_get_num_procs());
+  if (n > 0) return n;
+  const int cores = g_cores.load(std::memory_order_relaxed);
+  return cores > 0 ? cores : read_cores();
 }
 
 void set_stream_min_bytes(int64_t bytes) {

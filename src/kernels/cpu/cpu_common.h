@@ -5,11 +5,11 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 
 #include "common/env_setting.h"
+#include "kernels/cpu/decode_team.h"
 #include "kernels/kernels.h"
 
 namespace tokpos::kernels::cpu {
@@ -73,18 +73,18 @@ inline void prefetch_pages(const void* row, int64_t bytes) {
   if (bytes > 0) __builtin_prefetch(p + bytes - 1, 0, 1);
 }
 
-// A decode step (at most kDecodeTokens tokens) is split over the team only
-// where the team's threads are still spinning from this thread's previous
-// parallel region: then a 16-token step at D = 4096 takes 0.6-0.8 of one
-// thread's time; a team gone to sleep costs a wake-up, far more than the step,
-// and a team whose other core is busy costs a scheduler tick
-// (docs/design.md, "Threading"). DecodeTeamPolicy below judges that from the
-// calling thread's own recent calls. TOKPOS_DECODE_TEAM_BYTES, read at the
-// first use, or set_decode_team_bytes at run time (< 0: back to the default)
-// overrides it: 0 never splits; n > 0 always splits, one thread per n bytes of
-// rows written (the forward) or read (the backward). Unset (kDecodeTeamAuto):
-// one thread per kAutoDecodeTeamBytes, when the policy says the team pays.
-// The split never changes a result.
+// A decode step (at most kDecodeTokens tokens) is split over threads only
+// while calls come back to back: then the decode team's workers
+// (decode_team.h) are still spinning and a 16-token step at D = 4096 takes
+// about 0.6 of one thread's time; a worker gone to sleep costs a wake-up, far
+// more than the step, and one whose core another process holds costs a
+// scheduler tick (docs/design.md, "Threading"). DecodeTeamPolicy below judges
+// that from the calling thread's own recent calls. TOKPOS_DECODE_TEAM_BYTES,
+// read at the first use, or set_decode_team_bytes at run time (< 0: back to
+// the default) overrides it: 0 never splits; n > 0 always splits, one thread
+// per n bytes of rows written (the forward) or read (the backward). Unset
+// (kDecodeTeamAuto): one thread per kAutoDecodeTeamBytes, when the policy
+// says the team pays. The split never changes a result.
 inline constexpr int64_t kDecodeTeamAuto = INT64_MAX;
 inline constexpr int64_t kAutoDecodeTeamBytes = int64_t{64} << 10;
 inline detail::BytesSetting g_decode_team_bytes{"TOKPOS_DECODE_TEAM_BYTES", [] { return kDecodeTeamAuto; }};
@@ -93,72 +93,76 @@ inline void set_decode_team_bytes(int64_t bytes) { g_decode_team_bytes.set(bytes
 
 // Whether a decode step's team pays, from the times (steady clock, ns) of the
 // calling thread's own calls: the step is split when the previous call ended
-// at most kHotNs before (back to back, so the team's threads, which OpenMP
-// keeps spinning for milliseconds after a region, are still awake) and no
-// backoff is running. Each team step is judged:
-//  - stalled: a team thread started its part more than kStallNs after the
-//    step began (it waited for a core that another process held: a
-//    scheduler tick). The splitting stops at once.
-//  - slow: it took more than kStallNs all the same (the page faults of a new
-//    buffer, say), or, with the team's threads known awake (a region ended
-//    at most kHotNs before it), more than twice one thread's time for its
-//    bytes (from this thread's one-thread steps) plus kSlackNs. One alone is
-//    noise; kSlowInARow in a row stop the splitting.
+// at most kHotNs before (back to back, so the workers, which spin for
+// kDecodeTeamSpinNs after a step, are awake) and no backoff is running. Each
+// split step is judged by how long the caller, its own part done, waited for
+// the others (a slow caller is not the team's doing: a page fault or a
+// preemption would have cost one thread as much):
+//  - stalled: it waited more than kStallNs (a worker waited for a core that
+//    another process held: a scheduler tick). The splitting stops at once.
+//  - slow: with the workers known awake (a split step ended at most kHotNs
+//    before), it waited more than kSlackNs and the step took more than twice
+//    one thread's time for its bytes (from this thread's one-thread steps)
+//    plus kSlackNs. One alone is noise; kSlowInARow in a row stop it.
 //  - else fast.
-// The thread's first team step is not judged: it starts the team's threads.
-// A stop lasts the backoff, which starts at kBackoffMinNs and grows fourfold
-// with every stop up to kBackoffMaxNs; kFastInARow fast steps in a row bring it
-// back to kBackoffMinNs. So a team that keeps stalling is tried less and
-// less often. The choice only moves time: the bits are the same.
+// The thread's first split step is not judged: it may start the workers.
+// A stop lasts kBackoffMinNs, or four times the previous stop (up to
+// kBackoffMaxNs) when the previous stop ended less than kCalmNs before: a
+// team that keeps stalling is tried less and less often, one preemption now
+// and then costs a couple of milliseconds on one thread. The choice only
+// moves time: the bits are the same.
 struct DecodeTeamPolicy {
   static constexpr int64_t kHotNs = 1'000'000;
   static constexpr int64_t kSlackNs = 10'000;
   static constexpr int64_t kStallNs = 500'000;
-  static constexpr int64_t kBackoffMinNs = 20'000'000;
+  static constexpr int64_t kBackoffMinNs = 2'000'000;
   static constexpr int64_t kBackoffMaxNs = 10'000'000'000;
+  static constexpr int64_t kCalmNs = 1'000'000'000;
   static constexpr int kSlowInARow = 2;
-  static constexpr int kFastInARow = 64;
   static constexpr int64_t kNever = INT64_MIN / 4;
+  static_assert(kHotNs < kDecodeTeamSpinNs, "a hot call must find the workers spinning");
 
   int64_t last_end = kNever;       // the end of the last call
   int64_t last_team_end = kNever;  // the end of the last call on more than one thread
-  int64_t backoff_until = kNever;
-  int64_t backoff = kBackoffMinNs;
+  int64_t backoff_until = kNever;  // the end of the last stop
+  int64_t backoff = 0;             // the length of the last stop (0: none yet)
   double one_thread_ns_per_byte = 0;  // 0: no one-thread step timed yet
-  int slow_in_a_row = 0, fast_in_a_row = 0;
+  int slow_in_a_row = 0;
 
   bool team_pays(int64_t now) const { return now - last_end <= kHotNs && now >= backoff_until; }
 
   // A call from start to end on nt threads; decode: it was a decode step of
-  // `bytes` bytes; late: how long after start its last thread began its part.
-  void finished(int64_t start, int64_t end, int nt, bool decode, int64_t bytes, int64_t late = 0) {
+  // `bytes` bytes; wait: how long its caller, its own part done, waited for
+  // the other threads.
+  void finished(int64_t start, int64_t end, int nt, bool decode, int64_t bytes, int64_t wait = 0) {
     const int64_t took = end - start;
     if (decode && nt == 1 && bytes > 0) {
+      // Falls at once to a faster step, rises slowly (a first call's page
+      // faults are not one thread's time).
       const double x = static_cast<double>(took) / static_cast<double>(bytes);
-      one_thread_ns_per_byte = one_thread_ns_per_byte == 0 ? x : 0.875 * one_thread_ns_per_byte + 0.125 * x;
+      const double was = one_thread_ns_per_byte;
+      one_thread_ns_per_byte = was == 0 || x < was ? x : was + 0.125 * (x - was);
     }
-    if (decode && nt > 1) judge(end, took, bytes, start - last_team_end <= kHotNs, late);
+    if (decode && nt > 1) judge(end, took, bytes, start - last_team_end <= kHotNs, wait);
     if (nt > 1) last_team_end = end;
     last_end = end;
   }
 
  private:
-  void judge(int64_t end, int64_t took, int64_t bytes, bool awake, int64_t late) {
-    if (last_team_end == kNever) return;  // the thread's first region: OpenMP starts its team's threads
-    const double expected = one_thread_ns_per_byte > 0 ? 2 * one_thread_ns_per_byte * static_cast<double>(bytes) : 0;
-    const bool stalled = late > kStallNs;
-    const bool slow = took > kStallNs ||
-                      (awake && (expected > 0 ? static_cast<double>(took) > expected + kSlackNs : took > 10 * kSlackNs));
+  void judge(int64_t end, int64_t took, int64_t bytes, bool awake, int64_t wait) {
+    if (last_team_end == kNever) return;  // the thread's first split step: it may start the workers
+    const double expected = 2 * one_thread_ns_per_byte * static_cast<double>(bytes);
+    const bool stalled = wait > kStallNs;
+    const bool slow = awake && wait > kSlackNs && static_cast<double>(took) > expected + kSlackNs;
     if (!stalled && !slow) {
       slow_in_a_row = 0;
-      if (++fast_in_a_row >= kFastInARow) backoff = kBackoffMinNs;
       return;
     }
-    fast_in_a_row = 0;
     if (!stalled && ++slow_in_a_row < kSlowInARow) return;
     slow_in_a_row = 0;
+    const bool calm = backoff == 0 || end - backoff_until > kCalmNs;
+    backoff = calm ? kBackoffMinNs : std::min(4 * backoff, kBackoffMaxNs);
     backoff_until = end + backoff;
-    backoff = std::min(4 * backoff, kBackoffMaxNs);
   }
 };
 
@@ -196,46 +200,55 @@ class TimedTokens {
       : start_(steady_ns()), bytes_(bytes), decode_(N <= kDecodeTokens),
         nt_(static_cast<int>(std::min<int64_t>(threads_for_tokens(ex, N, bytes, work, start_), max_threads))) {}
   ~TimedTokens() {
-    const int64_t last = last_thread_start_.load(std::memory_order_relaxed);
-    decode_team_policy().finished(start_, steady_ns(), nt_, decode_, bytes_, last > start_ ? last - start_ : 0);
+    const int64_t end = steady_ns();
+    decode_team_policy().finished(start_, end, nt_, decode_, bytes_, own_end_ > 0 ? end - own_end_ : 0);
   }
   TimedTokens(const TimedTokens&) = delete;
   TimedTokens& operator=(const TimedTokens&) = delete;
   int threads() const { return nt_; }
-  // Called by each thread of the call's region as it begins its part.
-  void thread_started() const {
-    const int64_t now = steady_ns();
-    int64_t seen = last_thread_start_.load(std::memory_order_relaxed);
-    while (seen < now && !last_thread_start_.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-    }
+  // Runs part(k, team) for k = 0 .. team - 1, one per thread, k = 0 on the
+  // caller: a decode step split over threads on the decode team
+  // (decode_team.h), or, while another thread has that team, on an OpenMP
+  // region; a call of more tokens on an OpenMP region; one thread: part(0, 1).
+  // A region may get fewer threads than asked (team < threads()).
+  template <typename Part>
+  void run(Part&& part) const {
+    if (nt_ == 1) return part(0, 1);
+    auto timed = [&](int k, int team) {
+      part(k, team);
+      if (k == 0) own_end_ = steady_ns();
+    };
+    if (decode_ && run_on_decode_team(nt_, timed)) return;
+#pragma omp parallel num_threads(nt_)
+    timed(omp_get_thread_num(), omp_get_num_threads());
   }
 
  private:
   int64_t start_, bytes_;
   bool decode_;
   int nt_;
-  mutable std::atomic<int64_t> last_thread_start_{0};
+  mutable int64_t own_end_ = 0;  // when the caller's own part ended (written by the caller only)
 };
 
 // Calls rows(n0, n1) over all N tokens on nt threads: once, with no OpenMP
 // region at all, for one thread; else one contiguous token range per thread,
 // so each thread streams its own part of the output.
 template <typename RowsFn>
-void over_token_ranges_on(int nt, int64_t N, RowsFn&& rows, const TimedTokens* call = nullptr) {
+void over_token_ranges_on(int nt, int64_t N, RowsFn&& rows) {
   if (nt == 1) return rows(int64_t{0}, N);
 #pragma omp parallel num_threads(nt)
   {
-    if (call != nullptr) call->thread_started();
     const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
     rows(N * k / team, N * (k + 1) / team);
   }
 }
 
-// Over threads_for_tokens' team (row_bytes: the bytes written per token).
+// Over threads_for_tokens' team (row_bytes: the bytes written per token), as
+// TimedTokens::run runs it.
 template <typename RowsFn>
 void over_token_ranges(const Exec& ex, int64_t N, int64_t work, int64_t row_bytes, RowsFn&& rows) {
   const TimedTokens call(ex, N, N * row_bytes, work);
-  over_token_ranges_on(call.threads(), N, rows, &call);
+  call.run([&](int64_t k, int64_t team) { rows(N * k / team, N * (k + 1) / team); });
 }
 
 // The same with a decode step always on the calling thread.

@@ -334,14 +334,11 @@ bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& sr
     add(a, b, src, 0, D);
     return true;
   }
-#pragma omp parallel num_threads(nt)
-  {
-    call.thread_started();
-    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
+  call.run([&](int64_t k, int64_t team) {
     const int64_t d0 = std::min(D, (D * k / team + 15) / 16 * 16);
     const int64_t d1 = k + 1 == team ? D : std::min(D, (D * (k + 1) / team + 15) / 16 * 16);
     if (d1 > d0) add(a, b, src, d0, d1);
-  }
+  });
   return true;
 }
 
