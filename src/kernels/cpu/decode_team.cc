@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <new>
-#include <system_error>
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -101,7 +101,7 @@ bool grow(Team& t, int want) {
       std::thread worker(work, &t, t.workers + 1, seen);
       pthread_setname_np(worker.native_handle(), "tokpos-decode");
       worker.detach();
-    } catch (const std::system_error&) {
+    } catch (const std::exception&) {  // std::system_error, or std::bad_alloc for its state
       return false;
     }
     ++t.workers;
