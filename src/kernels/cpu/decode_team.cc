@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <exception>
 #include <new>
 #include <thread>
@@ -13,6 +12,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+
+#include "kernels/cpu/cpu_common.h"
 
 namespace tokpos::kernels::cpu {
 namespace {
@@ -23,11 +24,6 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
-}
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 // The word the workers wait on: a step counter in the high 24 bits and the
@@ -52,14 +48,14 @@ struct Team {
 void work(Team* t, int k, uint32_t seen) {
   for (;;) {
     uint32_t w = t->word.load(std::memory_order_acquire);
-    int64_t until = now_ns() + kDecodeTeamSpinNs;
+    int64_t until = steady_ns() + kDecodeTeamSpinNs;
     for (int64_t spins = 1; w == seen; ++spins) {
       cpu_relax();
-      if (spins % 256 == 0 && now_ns() > until) {
+      if (spins % 256 == 0 && steady_ns() > until) {
         t->sleepers.fetch_add(1, std::memory_order_seq_cst);
         t->word.wait(seen, std::memory_order_seq_cst);
         t->sleepers.fetch_sub(1, std::memory_order_relaxed);
-        until = now_ns() + kDecodeTeamSpinNs;
+        until = steady_ns() + kDecodeTeamSpinNs;
       }
       w = t->word.load(std::memory_order_acquire);
     }

@@ -9,10 +9,10 @@
 // only while calls come back to back (DecodeTeamPolicy), and then the workers
 // here are still spinning, so no call sleeps or wakes anyone.
 //
-// The workers spin for kSpinNs after their last step, then sleep on the
-// generation word (std::atomic::wait, a futex) until the next one; a step
-// that finds one asleep wakes it (notify_all) and is judged by the policy as
-// any other late start. One caller at a time: a second thread calling while
+// The workers spin for kDecodeTeamSpinNs after their last step, then sleep on
+// the word a step writes (std::atomic::wait, a futex) until the next one; a
+// step that finds one asleep wakes it (notify_all), and the policy sees the
+// caller's longer wait for it. One caller at a time: a second thread calling while
 // the team is busy gets false and runs its step another way (the bits do not
 // depend on it). The team is made at the first split step, grows to the
 // largest one asked for, is never destroyed (its threads wait until the

@@ -330,10 +330,6 @@ bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& sr
   if (nt > 1 && D < kMinSlice * nt) return false;
   if (!at_most_a_block(a, N, D, ws) || !at_most_a_block(b, N, D, ws)) return false;
   const auto add = N <= kDecodeTokens ? add_step_in_order : add_in_order;
-  if (nt == 1) {
-    add(a, b, src, 0, D);
-    return true;
-  }
   call.run([&](int64_t k, int64_t team) {
     const int64_t d0 = std::min(D, (D * k / team + 15) / 16 * 16);
     const int64_t d1 = k + 1 == team ? D : std::min(D, (D * (k + 1) / team + 15) / 16 * 16);
