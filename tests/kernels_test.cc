@@ -1216,6 +1216,9 @@ TEST(Kernels, ActiveIsTheCpuBackEnd) {
 TEST(Kernels, StreamMinBytesSetting) {
   const int64_t by_default = tokpos::stream_min_bytes();
   EXPECT_GT(by_default, 0);
+  if (std::getenv("TOKPOS_STREAM_MIN_BYTES") == nullptr) {
+    EXPECT_LE(by_default, int64_t{16} << 20) << "half the last-level cache, at most 16 MiB";
+  }
   tokpos::set_stream_min_bytes(0);
   EXPECT_EQ(tokpos::stream_min_bytes(), 0);
   tokpos::set_stream_min_bytes(INT64_MAX);
