@@ -28,8 +28,8 @@ TOKPOS_API int num_threads();
 // what lets a large forward run at memory-copy speed. A smaller output is
 // written through the cache, where the next layer finds it. The start-up value
 // is TOKPOS_STREAM_MIN_BYTES from the environment, else half the last-level
-// cache, at most 16 MiB; bytes < 0 goes back to it. 0 streams every output except a decode
-// step's; INT64_MAX never streams. Results are the same bits either way.
+// cache, at most 16 MiB; bytes < 0 goes back to it. 0 streams every output
+// except a decode step's; INT64_MAX never streams. Results are the same bits either way.
 TOKPOS_API void set_stream_min_bytes(int64_t bytes);
 TOKPOS_API int64_t stream_min_bytes();
 

@@ -73,8 +73,8 @@ TOKPOS_API int tokpos_get_num_threads(void);
 /* A forward whose output is at least `bytes` bytes writes it with streaming
    (non-temporal) stores, past the cache; smaller outputs stay in cache for the
    next layer. bytes < 0: back to the start-up value, TOKPOS_STREAM_MIN_BYTES
-   from the environment, else half the last-level cache, at most 16 MiB; 0: always (except a decode
-   step of at most 16 tokens); INT64_MAX: never. Results never depend on it. */
+   from the environment, else half the last-level cache, at most 16 MiB;
+   0: always (except a decode step of at most 16 tokens); INT64_MAX: never. Results never depend on it. */
 TOKPOS_API void tokpos_set_stream_min_bytes(int64_t bytes);
 TOKPOS_API int64_t tokpos_get_stream_min_bytes(void);
 

@@ -50,11 +50,9 @@ int64_t last_level_cache_bytes() {
   return 0;
 }
 
-// Half the last-level cache, at most 16 MiB; 16 MiB if it is unknown. A
-// last-level cache above 32 MiB is a server socket's, shared by many cores,
-// and a virtual machine with two of them sees the whole socket's figure (260
-// MiB on a 2-vCPU Xeon): a GPT-2-sized output (25 MB) written through that
-// cache took 6-8 ms there against 2.7-4.2 ms streamed.
+// Half the last-level cache, at most 16 MiB (a larger cache is a server
+// socket's, shared by many cores: docs/design.md, "Streaming stores"); 16 MiB
+// if it is unknown.
 int64_t default_stream_min_bytes() {
   static const int64_t bytes = [] {
     constexpr int64_t kMax = int64_t{16} << 20;
@@ -63,8 +61,8 @@ int64_t default_stream_min_bytes() {
   }();
   return bytes;
 }
-// TOKPOS_STREAM_MIN_BYTES from the environment, else half the last-level
-// cache (at most 16 MiB), read at the first use (so loading the library reads no files).
+// TOKPOS_STREAM_MIN_BYTES from the environment, else the default above, read
+// at the first use (so loading the library reads no files).
 detail::BytesSetting g_stream_min_bytes{"TOKPOS_STREAM_MIN_BYTES", default_stream_min_bytes};
 
 // The cores the process may run on, as omp_get_num_procs reports them (a
