@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <regex>
+#include <string>
 #include <vector>
 
 #include <array>
@@ -20,6 +22,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include "run_command.h"
 #include "tokpos/npy.h"
@@ -572,6 +575,34 @@ TEST(Cli, BaseErrorsAreReadable) {
   }
   const auto shrinking = run("demo --base 0.5");
   EXPECT_NE(shrinking.out.find("shortest 3.21, longest 6 positions"), std::string::npos) << shrinking.out;
+}
+
+// Every printed wavelength band holds a readable, non-empty range [lower,
+// upper) with 0 < lower < upper, whatever the base; a base below 1 (or of 1)
+// says what it does, in both languages.
+TEST(Cli, WavelengthBandsAreReadableForEveryBase) {
+  const std::regex band(R"(\[\s*([0-9.,e+-]+),\s*([0-9.,e+-]+)\))");
+  for (const char* base : {"1e-5", "0.5", "1", "10000", "1e6"}) {
+    for (const char* lang : {"en", "zh"}) {
+      const auto r = run(std::string("demo --lang ") + lang + " --base " + base);
+      ASSERT_EQ(r.status, 0) << r.out;
+      int bands = 0;
+      for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), band); it != std::sregex_iterator(); ++it) {
+        auto number = [](std::string s) {
+          std::erase(s, ',');
+          return std::stod(s);
+        };
+        const double lower = number((*it)[1]), upper = number((*it)[2]);
+        EXPECT_GT(lower, 0) << base << " " << lang << ": " << it->str();
+        EXPECT_LT(lower, upper) << base << " " << lang << ": " << it->str();
+        ++bands;
+      }
+      EXPECT_GT(bands, 0) << r.out;
+      const bool below = std::stod(base) < 1, one = std::stod(base) == 1;
+      const char* note = below ? (lang[0] == 'e' ? "base < 1:" : "底数 < 1：") : (lang[0] == 'e' ? "base = 1:" : "底数 = 1：");
+      EXPECT_EQ(r.out.find(note) != std::string::npos, below || one) << base << " " << lang << ": " << r.out;
+    }
+  }
 }
 
 TEST(Cli, ProgressOnlyOnATerminal) {

@@ -44,6 +44,10 @@ std::string grouped(int64_t v) {
   return s;
 }
 
+// A band's bound: a grouped whole number from 1 up ("10,000"), below 1 in %g
+// ("0.001", "1e-05"), so no band of a base below 1 reads [0, 0).
+std::string band_bound(double v) { return v >= 1 ? grouped(static_cast<int64_t>(v)) : fmt("%g", v); }
+
 std::string list(const std::vector<int64_t>& v, size_t max_items) {
   std::ostringstream os;
   os << "[";
@@ -382,13 +386,18 @@ void run_demo(const DemoOptions& o, std::ostream& out, const DemoProgress& progr
                   std::string(static_cast<size_t>(std::min<int64_t>(b.pairs, 34)), '#').c_str(),
                   static_cast<long long>(b.pairs));
     char range[64];
-    std::snprintf(range, sizeof range, "  [%8s, %8s)  ", grouped(static_cast<int64_t>(b.lower)).c_str(),
-                  grouped(static_cast<int64_t>(b.upper)).c_str());
+    std::snprintf(range, sizeof range, "  [%8s, %8s)  ", band_bound(b.lower).c_str(), band_bound(b.upper).c_str());
     out << range << pairs_word << line;
   }
   // base > 1: the wavelengths grow with the pair; base < 1: they shrink.
   const auto [shortest, longest] = std::minmax_element(wavelengths.begin(), wavelengths.end());
-  out << "  " << tr(lang, "bands.range", {fmt("%.2f", *shortest), fmt("%.0f", *longest)}) << "\n";
+  out << "  "
+      << tr(lang, "bands.range",
+            {*shortest >= 0.01 ? fmt("%.2f", *shortest) : fmt("%.3g", *shortest),
+             *longest >= 1 ? fmt("%.0f", *longest) : fmt("%.3g", *longest)})
+      << "\n";
+  if (o.base < 1) out << "  " << tr(lang, "bands.below_one") << "\n";
+  if (o.base == 1) out << "  " << tr(lang, "bands.one") << "\n";
 
   if (file) {
     trained_summary(lang, file->file_name, variants[0], variants[1], variants[2], offsets, out);

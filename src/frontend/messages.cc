@@ -57,6 +57,14 @@ constexpr std::array kDemoMessages{
             "第 k 对每隔 2*pi*base^(2k/D) 个位置重复一次；相邻两对的波长之比为 x{}"},
     Message{"bands.pairs", "pairs", "对"},
     Message{"bands.range", "shortest {}, longest {} positions", "最短 {}，最长 {} 个位置"},
+    Message{"bands.below_one",
+            "base < 1: the wavelength shrinks as k grows (pair 0 is the longest, 2*pi positions), the reverse of "
+            "the usual order; every pair repeats within 2*pi positions, so far positions look alike",
+            "底数 < 1：波长随 k 增大而变短（第 0 对最长，2*pi 个位置），与通常的顺序相反；"
+            "每一对都在 2*pi 个位置内重复，因此相距较远的位置看起来相似"},
+    Message{"bands.one",
+            "base = 1: every pair has the same wavelength, 2*pi positions, so positions 2*pi apart look alike",
+            "底数 = 1：每一对的波长都相同，为 2*pi 个位置，因此相距 2*pi 的位置看起来相似"},
     Message{"look", "what to look at: the sinusoidal rows change smoothly (neighbours ~{}) while the fresh learned "
                     "rows are near-random (~{}); rerun with --dim {} to see fewer pairs spread over the same range "
                     "of wavelengths.",

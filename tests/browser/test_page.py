@@ -429,7 +429,7 @@ def learners(driver, url, out):
     # Remembered across loads; an explicit ?lang= wins.
     driver.get(url)
     settle(driver, 0)
-    check(driver.find_element(By.ID, "ids-title").text == "Token id", "the choice of Chinese is remembered on reload")
+    check(driver.find_element(By.ID, "ids-title").text == "词元 id", "the choice of Chinese is remembered on reload")
     driver.get(url + "?lang=en")
     settle(driver, 0)
     check(driver.find_element(By.ID, "ids-title").text == "Token ids", "?lang=en wins over the remembered choice")

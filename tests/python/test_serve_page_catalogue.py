@@ -70,3 +70,19 @@ def test_each_text_writes_the_same_numbers_in_both():
     digits = lambda text: sorted(re.findall(r"\d+", re.sub(r"\{\w+\}", "", text)))
     differ = {k: (v, messages["zh"][k]) for k, v in messages["en"].items() if digits(v) != digits(messages["zh"][k])}
     assert differ == {}
+
+
+# What a Chinese text may write in Latin letters: the symbols and names that
+# stay as they are in both languages (shapes, formulas, units, layouts' and
+# formats' names). An English word in the Chinese catalogue fails here.
+SYMBOLS = {"B", "T", "D", "L", "N", "k", "p", "t", "id", "cos", "sin", "base", "ms", "HTTP", "UTF-8",
+           "tokpos", "interleaved", "halves", "t2t", "tensor2tensor"}
+
+
+def test_every_chinese_text_is_chinese():
+    english = {}
+    for key, text in catalogue()["zh"].items():
+        words = set(re.findall(r"[A-Za-z][A-Za-z0-9_-]*", re.sub(r"\{\w+\}", "", text))) - SYMBOLS
+        if words:
+            english[key] = sorted(words)
+    assert english == {}, f"English words in the Chinese texts: {english}"
