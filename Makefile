@@ -130,4 +130,4 @@ install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz out
+	rm -rf $(BUILD) $(BUILD)-wheel $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz out

@@ -14,11 +14,13 @@ set -euo pipefail
 #   libcairo2-dev, fonts-dejavu-core : `tokpos plot` pictures (PNG and SVG, real text rendering)
 #   fonts-noto-cjk               : `tokpos plot`'s Chinese text (Noto Sans CJK SC; DejaVu has no CJK glyphs)
 #   libcpp-httplib-dev           : `tokpos serve`, the local HTTP server (cpp-httplib, with a pkg-config file)
+#   ccache                       : every build compiles through it, so sources already compiled
+#                                  with the same flags (the wheel's build, a rebuild) are not compiled again
 # and, passed as extras by the Makefile:
 #   python3-dev, python3-venv    : `make python`, the package built into build/venv against Python's headers
 #   libopenmpi-dev, openmpi-bin  : `make test`, the vocab-parallel MPI example (examples/mpi_vocab_parallel.c)
 #                                  and its tests
-required=(cmake make g++ pkg-config libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libdlpack-dev libcairo2-dev fonts-dejavu-core fonts-noto-cjk libcpp-httplib-dev "$@")
+required=(cmake make g++ pkg-config libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libdlpack-dev libcairo2-dev fonts-dejavu-core fonts-noto-cjk libcpp-httplib-dev ccache "$@")
 
 missing=()
 for pkg in "${required[@]}"; do

@@ -4,7 +4,10 @@
 # Usage: tools/python-env.sh BUILD_DIR
 #   BUILD_DIR/venv          the environment (it sees the system's site-packages,
 #                           so a torch installed there is used, never re-downloaded)
-#   BUILD_DIR/python-wheel  scikit-build-core's build tree, kept so rebuilds are incremental
+#   BUILD_DIR-wheel         scikit-build-core's build tree, kept so rebuilds are incremental;
+#                           a sibling of BUILD_DIR, with the same generator and flags (warnings
+#                           are errors, as in every make build), so that ccache serves the
+#                           library's sources compiled for BUILD_DIR (CMakeLists.txt, TOKPOS_CCACHE)
 # From PyPI when missing: scikit-build-core and nanobind (the build), numpy (the
 # package), pytest (the suite). torch and the rest of what `make test` needs:
 # tools/test-env.sh.
@@ -40,5 +43,6 @@ if [ ${#need[@]} -gt 0 ]; then
   "$venv/bin/python" -m pip install -q "${need[@]}"
 fi
 echo "tokpos: building the Python package into $venv (pip install .)" >&2
-"$venv/bin/python" -m pip install -q --no-build-isolation --no-deps \
-  -C build-dir="$build/python-wheel" "$root"
+CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)} \
+  "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps \
+  -C build-dir="$build-wheel" -C cmake.define.TOKPOS_WERROR=ON "$root"
