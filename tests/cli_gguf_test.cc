@@ -221,4 +221,160 @@ TEST(CliGguf, BadInputIsRefusedByName) {
   ::unlink(fifo.c_str());
 }
 
+
+// --- Files crafted here, byte by byte ---
+
+// A GGUF v3 file: string key/values, then f32 (rows, D) tensors holding
+// `values` in order, each at the next multiple of `alignment` (plus `shift`
+// bytes for the first), the data section padded to `alignment`.
+struct Tensor {
+  std::string name;
+  int64_t rows, dim;
+  std::vector<float> values;
+};
+std::string write_gguf(const std::string& path, const std::vector<std::pair<std::string, std::string>>& strings,
+                       const std::vector<Tensor>& tensors, uint32_t alignment = 32, uint64_t shift = 0) {
+  std::string b = "GGUF";
+  auto u32 = [&](uint32_t x) { b.append(reinterpret_cast<const char*>(&x), 4); };
+  auto u64 = [&](uint64_t x) { b.append(reinterpret_cast<const char*>(&x), 8); };
+  auto str = [&](const std::string& x) { u64(x.size()); b += x; };
+  u32(3);
+  u64(tensors.size());
+  u64(strings.size() + (alignment != 32 ? 1 : 0));
+  for (const auto& [k, v] : strings) {
+    str(k);
+    u32(8);
+    str(v);
+  }
+  if (alignment != 32) {
+    str("general.alignment");
+    u32(4);
+    u32(alignment);
+  }
+  std::vector<uint64_t> offsets;
+  uint64_t at = shift;
+  for (const auto& t : tensors) {
+    offsets.push_back(at);
+    at += static_cast<uint64_t>(t.values.size()) * 4;
+    at = (at + alignment - 1) / alignment * alignment;
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    str(tensors[i].name);
+    u32(2);
+    u64(static_cast<uint64_t>(tensors[i].dim));
+    u64(static_cast<uint64_t>(tensors[i].rows));
+    u32(0);  // f32
+    u64(offsets[i]);
+  }
+  while (b.size() % alignment != 0) b += '\0';
+  const size_t data = b.size();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    b.resize(data + offsets[i], '\0');
+    b.append(reinterpret_cast<const char*>(tensors[i].values.data()), tensors[i].values.size() * 4);
+  }
+  std::ofstream(path, std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
+  return path;
+}
+
+std::vector<float> ramp(size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(i) - 1.5f;
+  return v;
+}
+
+// Bytes that are not UTF-8 and control characters in a key, a string value
+// and a tensor name: plain inspect, --json and embed all read the file, and
+// neither form sends a control byte or a byte that is not UTF-8 to the terminal.
+TEST(CliGguf, BytesThatAreNotUtf8OrControlsAreShownAsHexEscapes) {
+  const std::string key = "evil.\xff\x1b]0;title\x07";
+  const std::string value = std::string("v\xc3(\x1b[31mred\r\x1b[2K\0nul\xc2\x9b", 22);
+  const std::string name = "tok\xfe\x1b[H";
+  const std::string path = write_gguf(scratch("bytes.gguf"), {{"general.architecture", "llama"}, {key, value}},
+                                      {{"token_embd.weight", 3, 4, ramp(12, 0.25f)}, {name, 1, 4, ramp(4, 1.0f)}});
+  // The table's text here is printable ASCII; JSON's may hold UTF-8 (its
+  // U+009B stays as it is), but no C0 control byte and no byte that is not UTF-8.
+  auto clean = [](const std::string& out, bool ascii = true) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      const auto c = static_cast<unsigned char>(out[i]);
+      if (c == '\n') continue;
+      if (c < 0x20 || c == 0x7f) return "control byte " + std::to_string(c) + " at " + std::to_string(i);
+      if (c >= 0x80 && ascii) return "a byte above 0x7f at " + std::to_string(i);
+      if (c >= 0x80 && !(c == 0xc2 && i + 1 < out.size() && static_cast<unsigned char>(out[i + 1]) == 0x9b))
+        return "a byte that is not the UTF-8 of U+009B at " + std::to_string(i);
+      if (c >= 0x80) ++i;
+    }
+    return std::string();
+  };
+  const auto table = run("inspect " + path);
+  ASSERT_EQ(table.status, 0) << table.out;
+  EXPECT_EQ(clean(table.out), "") << table.out;
+  for (const char* piece : {"evil.\\xff\\x1b]0;title\\x07 (STRING) = v\\xc3(\\x1b[31mred\\x0d\\x1b[2K\\x00nul\\xc2\\x9b",
+                            "tok\\xfe\\x1b[H"}) {
+    EXPECT_NE(table.out.find(piece), std::string::npos) << "missing: " << piece << "\n" << table.out;
+  }
+  const auto json = run("inspect --json " + path);
+  ASSERT_EQ(json.status, 0) << json.out;
+  EXPECT_EQ(clean(json.out, false), "") << json.out;
+  const auto j = nlohmann::json::parse(json.out);
+  // JSON holds the text of the rule (bytes that are not UTF-8 as \xNN); its
+  // own escapes carry the control characters.
+  ASSERT_TRUE(j["metadata"].contains("evil.\\xff\x1b]0;title\x07")) << json.out;
+  EXPECT_EQ(j["metadata"]["evil.\\xff\x1b]0;title\x07"]["value"],
+            std::string("v\\xc3(\x1b[31mred\r\x1b[2K\0nul\xc2\x9b", 25));
+  EXPECT_EQ(j["tensors"][1]["name"], "tok\\xfe\x1b[H");
+  const auto embed = run("embed --weights " + path + " --ids 2,0");
+  EXPECT_EQ(embed.status, 0) << embed.out;
+  EXPECT_NE(embed.out.find("llama from"), std::string::npos) << embed.out;
+  // An architecture name with control bytes is shown escaped too.
+  const std::string odd = write_gguf(scratch("arch.gguf"), {{"general.architecture", "ll\x1b[2Jama"}},
+                                     {{"token_embd.weight", 3, 4, ramp(12, 0.25f)}});
+  const auto e = run("embed --weights " + odd + " --ids 2,0");
+  EXPECT_EQ(e.status, 0) << e.out;
+  EXPECT_NE(e.out.find("ll\\x1b[2Jama from"), std::string::npos) << e.out;
+  EXPECT_EQ(clean(e.out), "") << e.out;
+}
+
+// general.alignment 1 lets an f32 table start at any byte: embed copies
+// such rows to aligned memory and reads them as gguf-py would.
+TEST(CliGguf, EmbedReadsF32TablesTheAlignmentLeavesUnaligned) {
+  const auto wte = ramp(12, 0.25f), wpe = ramp(8, -0.5f);
+  for (const uint64_t shift : {0, 1, 2, 3}) {
+    SCOPED_TRACE(shift);
+    const std::string path =
+        write_gguf(scratch("align1.gguf"), {{"general.architecture", "gpt2"}},
+                   {{"token_embd.weight", 3, 4, wte}, {"position_embd.weight", 2, 4, wpe}}, 1, shift);
+    const auto info = run("inspect --json " + path);
+    ASSERT_EQ(info.status, 0) << info.out;
+    EXPECT_EQ(nlohmann::json::parse(info.out)["alignment"], 1);
+    const std::string out = scratch("align1.npy");
+    const auto r = run("embed --weights " + path + " --ids 2,0 --out " + out);
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto got = tokpos::read_npy(out);
+    ASSERT_EQ(got.shape, (std::vector<int64_t>{1, 2, 4}));
+    const auto* g = reinterpret_cast<const float*>(got.data.data());
+    for (int d = 0; d < 4; ++d) {
+      EXPECT_EQ(g[d], wte[8 + d] + wpe[d]);
+      EXPECT_EQ(g[4 + d], wte[d] + wpe[4 + d]);
+    }
+  }
+}
+
+// An empty or 3-byte .gguf is named as GGUF by its extension: the magic is
+// what is missing, not a safetensors header.
+TEST(CliGguf, FilesTooShortForAMagicAreNamedByTheirExtension) {
+  for (const size_t n : {0, 3}) {
+    const std::string path = scratch("short" + std::to_string(n) + ".GGUF");
+    std::ofstream(path, std::ios::binary).write("GGU", static_cast<std::streamsize>(n));
+    for (const std::string cmd : {"inspect ", "inspect --json ", "embed --ids 1 --weights "}) {
+      const auto r = run(cmd + path);
+      EXPECT_EQ(r.status, 1) << cmd << r.out;
+      EXPECT_NE(r.out.find("gguf: " + path + ": at byte 0: magic needs 4 bytes but the file ends at byte " +
+                           std::to_string(n)),
+                std::string::npos)
+          << cmd << r.out;
+      EXPECT_EQ(r.out.find("safetensors"), std::string::npos) << cmd << r.out;
+    }
+  }
+}
+
 }  // namespace

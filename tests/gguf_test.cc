@@ -23,6 +23,7 @@
 #include "tokpos/gguf.h"
 #include "tokpos/npy.h"
 #include "tokpos/ops.h"
+#include "tokpos/tokpos.h"
 
 namespace {
 
@@ -594,6 +595,183 @@ TEST(Gguf, NoAllocationIsLargerThanTheFile) {
   ASSERT_GE(nested_bytes.size(), kRest % 12);
   nested_bytes.erase(nested_bytes.end() - static_cast<std::ptrdiff_t>(kRest % 12), nested_bytes.end());
   EXPECT_EQ(parse_bounded(nested_bytes), 1u);
+}
+
+
+// --- Bytes that are not UTF-8, and control characters ---
+
+// gguf_text is Python's bytes.decode("utf-8", "backslashreplace"): each byte
+// outside a valid sequence (Unicode's table 3-7) as \xNN, the rest as it is.
+TEST(Gguf, TextEscapesEveryByteThatIsNotUtf8AsPythonsBackslashreplace) {
+  using namespace std::string_literals;
+  struct Case {
+    std::string bytes, text;
+  };
+  for (const Case& c : {Case{"plain", "plain"}, Case{"caf\xc3\xa9 \xe4\xbd\xa0 \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe4\xbd\xa0 \xf0\x9f\x98\x80"},
+                        Case{"a\xff" "b", "a\\xffb"}, Case{"\x80", "\\x80"},
+                        Case{"\xc0\x80", "\\xc0\\x80"},          // overlong NUL
+                        Case{"\xe0\x80\xaf", "\\xe0\\x80\\xaf"},  // overlong
+                        Case{"\xed\xa0\x80", "\\xed\\xa0\\x80"},  // a surrogate
+                        Case{"\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80"},  // past U+10FFFF
+                        Case{"\xe2\x82" "A", "\\xe2\\x82A"},      // cut short
+                        Case{"x\xf0\x9f\x98", "x\\xf0\\x9f\\x98"},
+                        Case{"n\0l\x1b[2J\x7f"s, "n\0l\x1b[2J\x7f"s}}) {
+    EXPECT_EQ(tokpos::gguf_text(c.bytes), c.text) << c.text;
+  }
+  // For terminals and messages, control characters too: C0, DEL and C1 (U+009B is CSI).
+  EXPECT_EQ(tokpos::gguf_printable("t\x1b]0;title\x07\r\n\0z\x7f\xc2\x9b" "1m\xc2\xa0\xff"s),
+            "t\\x1b]0;title\\x07\\x0d\\x0a\\x00z\\x7f\\xc2\\x9b1m\xc2\xa0\\xff");
+}
+
+TEST(Gguf, KeysValuesAndNamesThatAreNotUtf8AreReadAsTheirBytes) {
+  Crafted c;
+  c.kvs.push_back(kv_string("bad.\xff\x1b[31m", "v\xc3(\x1b]0;x\x07"));
+  c.tensors[1].name = "t\x80\xfe";
+  const auto bytes = c.build();
+  const auto f = parse(bytes);
+  ASSERT_EQ(f.metadata().size(), 3u);
+  EXPECT_EQ(f.metadata()[2].key, "bad.\xff\x1b[31m");
+  EXPECT_EQ(f.find("bad.\xff\x1b[31m")->to_string(), "v\xc3(\x1b]0;x\x07");
+  EXPECT_EQ(f.tensors()[1].name, "t\x80\xfe");
+  EXPECT_EQ(f.bytes("t\x80\xfe").size(), 34u);
+  // Named in errors as gguf_printable shows them: no raw byte reaches a message.
+  expect_error([&] { f.tensor("x\x1b"); }, Status::kInvalidArgument, {"no tensor named 'x\\x1b'", "'t\\x80\\xfe'"});
+  Crafted bad;
+  bad.kvs.push_back(Bytes().str("k\xff\x1b").u32(13).u32(0));
+  expect_refused(bad, {"key 'k\\xff\\x1b': value type 13 is not a GGUF value type"});
+  bad = Crafted();
+  bad.tensors[1].name = "b\xfe\r";
+  bad.tensors[1].offset = 16;
+  expect_refused(bad, {"tensor 'b\\xfe\\x0d': offset 16 is not a multiple of the alignment 32"});
+  try {
+    parse(bad.build());
+  } catch (const tokpos::Error& e) {
+    for (const char ch : std::string(e.what())) EXPECT_TRUE(ch >= 0x20 && ch < 0x7f) << e.what();
+  }
+}
+
+// Two keys (or names) of different bytes that read as the same text would
+// be one key in JSON and in a Python dict: the file is refused.
+TEST(Gguf, KeysAndNamesThatReadAsTheSameTextAreRefused) {
+  Crafted c;
+  c.kvs.push_back(kv_u32("a\xff", 1));
+  c.kvs.push_back(kv_u32("a\\xff", 2));
+  expect_refused(c, {"key 'a\\xff' reads as 'a\\xff'", "as kv 2 does: keys must differ as text"});
+  c = Crafted();
+  c.kvs.push_back(kv_u32("a\\xff", 1));
+  c.kvs.push_back(kv_u32("a\xff", 2));
+  expect_refused(c, {"as kv 2 does"});
+  c = Crafted();
+  c.kvs.push_back(kv_u32("\xff\\xff", 1));
+  c.kvs.push_back(kv_u32("\\xff\xff", 2));
+  expect_refused(c, {"reads as '\\xff\\xff'", "as kv 2 does"});
+  c = Crafted();
+  c.tensors[0].name = "w\xff";
+  c.tensors[1].name = "w\\xff";
+  expect_refused(c, {"tensor name 'w\\xff' reads as 'w\\xff'", "as tensor 0's does"});
+}
+
+// general.alignment 1 may leave an f32 table at an address that is not a
+// multiple of 4: aligned_bytes copies it, and the lookup reads it.
+TEST(Gguf, FloatTablesTheAlignmentLeavesUnalignedAreCopiedForTheLookup) {
+  for (const uint64_t offset : {1, 2, 3}) {
+    SCOPED_TRACE(offset);
+    Crafted c;
+    c.kvs.push_back(kv_u32("general.alignment", 1));
+    c.alignment = 1;
+    c.tensors = {{"token_embd.weight", {4, 2}, 0, offset, 32}};
+    const auto bytes = c.build();
+    const auto f = parse(bytes);
+    ASSERT_EQ(f.alignment(), 1u);
+    const auto in_place = f.bytes("token_embd.weight");
+    const auto misaligned = reinterpret_cast<uintptr_t>(in_place.data()) % 4;
+    const auto aligned = f.aligned_bytes("token_embd.weight");
+    EXPECT_EQ(aligned.copied, misaligned != 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(aligned.bytes.data()) % 4, 0u);
+    ASSERT_EQ(aligned.bytes.size(), 32u);
+    EXPECT_EQ(0, std::memcmp(aligned.bytes.data(), in_place.data(), 32));
+    std::vector<float> want(8);
+    std::memcpy(want.data(), in_place.data(), 32);
+    auto lookup = [&](const uint8_t* data) {
+      tokpos::TensorView blocks_view(data, tokpos::DType::kI32, {2, 16});
+      DLTensor blocks = blocks_view;
+      blocks.dtype = {kDLUInt, 8, 1};
+      std::vector<int64_t> ids{1, 0};
+      std::vector<float> got(8, -7.0f);
+      tokpos::TensorView iv(ids.data(), tokpos::DType::kI64, {1, 2});
+      tokpos::TensorView ov(got.data(), tokpos::DType::kF32, {1, 2, 4});
+      tokpos::ops::compose_forward(ov, iv, tokpos::ops::QuantizedTable{&blocks, 0, 4});
+      return got;
+    };
+    const auto got = lookup(aligned.bytes.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data() + 4, 16));
+    EXPECT_EQ(0, std::memcmp(got.data() + 4, want.data(), 16));
+    if (misaligned != 0) {  // the op itself names the offset and the element size, no pointer
+      expect_error([&] { lookup(in_place.data()); }, Status::kInvalidArgument,
+                   {"the f32 token table's first row starts " + std::to_string(misaligned) +
+                        " bytes past a multiple of 4 bytes in memory; f32 rows must start at multiples of 4"});
+    }
+  }
+  // A block type reads bytes as they come: no copy.
+  Crafted c;
+  c.kvs.push_back(kv_u32("general.alignment", 1));
+  c.alignment = 1;
+  c.tensors = {{"b", {32, 1}, 8, 1, 34}};
+  const auto f = parse(c.build());
+  EXPECT_FALSE(f.aligned_bytes("b").copied);
+  EXPECT_EQ(f.aligned_bytes("b").bytes.data(), f.bytes("b").data());
+}
+
+// The C API hands out the same bytes as its blocks DLTensor, and names keys
+// as gguf_printable shows them.
+TEST(Gguf, TheCApisBlocksOfAnUnalignedF32TableAreAnAlignedCopy) {
+  const std::string path = scratch("gguf_align1.gguf");
+  for (const uint64_t offset : {1, 2, 3}) {
+    SCOPED_TRACE(offset);
+    Crafted c;
+    c.kvs.push_back(kv_u32("general.alignment", 1));
+    c.kvs.push_back(kv_u32("k\xff\x1b", 7));
+    c.alignment = 1;
+    c.tensors = {{"token_embd.weight", {4, 2}, 0, offset, 32}};
+    const auto bytes = c.build();
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                static_cast<std::streamsize>(bytes.size()));
+    const auto f = GgufFile::open(path);
+    const bool misaligned = reinterpret_cast<uintptr_t>(f.bytes("token_embd.weight").data()) % 4 != 0;
+    tokpos_gguf* h = nullptr;
+    ASSERT_EQ(tokpos_gguf_open(&h, path.c_str()), TOKPOS_OK) << tokpos_last_error();
+    tokpos_gguf_tensor t{};
+    ASSERT_EQ(tokpos_gguf_tensor_at(h, 0, &t), TOKPOS_OK);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.blocks.data) % 4, 0u);
+    EXPECT_EQ(t.blocks.data != t.data, misaligned);
+    EXPECT_EQ(0, std::memcmp(t.blocks.data, t.data, 32));
+    std::vector<int64_t> ids{1, 0};
+    std::vector<float> got(8, -7.0f), want(8);
+    std::memcpy(want.data(), t.data, 32);
+    tokpos::TensorView iv(ids.data(), tokpos::DType::kI64, {1, 2});
+    tokpos::TensorView ov(got.data(), tokpos::DType::kF32, {1, 2, 4});
+    ASSERT_EQ(tokpos_op_compose_forward_ggml(ov.get(), iv.get(), &t.blocks, 0, 4, nullptr, nullptr, 0), TOKPOS_OK)
+        << tokpos_last_error();
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data() + 4, 16));
+    EXPECT_EQ(0, std::memcmp(got.data() + 4, want.data(), 16));
+    const char* data = nullptr;
+    uint64_t length = 0;
+    EXPECT_NE(tokpos_gguf_get_string(h, 3, -1, &data, &length), TOKPOS_OK);
+    EXPECT_NE(std::string(tokpos_last_error()).find("'k\\xff\\x1b': "), std::string::npos) << tokpos_last_error();
+    tokpos_gguf_free(h);
+  }
+  std::remove(path.c_str());
+}
+
+TEST(Gguf, TheBackwardOfABlockTableNamesItsTypeAndAsksForAFloatTable) {
+  uint8_t block[34] = {};
+  tokpos::TensorView blocks_view(block, tokpos::DType::kI32, {1, 34});
+  DLTensor blocks = blocks_view;
+  blocks.dtype = {kDLUInt, 8, 1};
+  expect_error([&] { tokpos::ops::compose_backward_quantized({&blocks, 8, 32}); }, Status::kUnimplemented,
+               {"d_token_table is a q8_0 table (ggml_type 8)", "the backward is defined for float tables only"});
+  expect_error([&] { tokpos::ops::compose_backward_quantized({&blocks, 14, 256}, "tokpos_x"); },
+               Status::kUnimplemented, {"tokpos_x: d_token_table is a q6_K table", "float tables only"});
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "expect_error.h"
 #include "frontend/trained.h"
 #include "serve/server.h"
 #include "serve_process.h"
@@ -130,7 +131,13 @@ struct Checkpoint {
   std::vector<float> wpe;
 };
 
-Checkpoint write_gpt2(const std::string& name, int64_t V, int64_t L, int64_t D) {
+// poison: (row, column, value) of wpe set after it is filled, for the refusals.
+struct Poison {
+  int64_t row = -1, column = 0;
+  float value = 0.0f;
+};
+
+Checkpoint write_gpt2(const std::string& name, int64_t V, int64_t L, int64_t D, Poison poison = {}) {
   std::vector<float> wte(static_cast<size_t>(V * D)), wpe(static_cast<size_t>(L * D));
   for (size_t i = 0; i < wte.size(); ++i) wte[i] = 0.001f * static_cast<float>(i % 97);
   // A smooth table: row p is (cos(p / (d + 2)), ...), plus a ripple.
@@ -140,6 +147,7 @@ Checkpoint write_gpt2(const std::string& name, int64_t V, int64_t L, int64_t D) 
           static_cast<float>(std::cos(static_cast<double>(p) / static_cast<double>(d + 2)) + 0.01 * ((p * 7 + d) % 5));
     }
   }
+  if (poison.row >= 0) wpe[static_cast<size_t>(poison.row * D + poison.column)] = poison.value;
   const size_t a = wte.size() * 4, b = wpe.size() * 4;
   std::string header = json{{"wte.weight", {{"dtype", "F32"}, {"shape", {V, D}}, {"data_offsets", {0, a}}}},
                             {"wpe.weight", {{"dtype", "F32"}, {"shape", {L, D}}, {"data_offsets", {a, a + b}}}}}
@@ -243,6 +251,30 @@ TEST_F(ServeTrained, ServeWeightsLoadsOnceAndABadFileStopsIt) {
     EXPECT_NE(s.wait_exit(), 0);
     EXPECT_NE(s.err().find("--weights requires --preset"), std::string::npos) << s.err();
   }
+}
+
+// A table with a NaN or an infinity would make every positions=trained
+// answer a 500: it is refused once, when it is read, naming the tensor, the
+// first row and column that are not finite, and the value.
+TEST(ServeTrainedRefusal, ANonFinitePositionTableStopsServeAtStartUp) {
+  const Checkpoint nan = write_gpt2("serve-nan", 8, 16, 6, {5, 2, std::nanf("")});
+  tokpos::testing::expect_error([&] { tokpos::frontend::load_trained_positions(nan.path, "gpt2", {}); },
+                                tokpos::Status::kInvalidArgument,
+                                {nan.path + ": tensor 'wpe.weight', the gpt2 preset's position table (L = 16, D = 6): "
+                                            "row 5 holds nan at column 2, the first value that is not finite; every "
+                                            "value of a position table must be finite"});
+  const Checkpoint inf = write_gpt2("serve-inf", 8, 16, 6, {0, 5, -INFINITY});
+  tokpos::testing::expect_error([&] { tokpos::frontend::load_trained_positions(inf.path, "gpt2", {{"wpe", "wpe.weight"}}); },
+                                tokpos::Status::kInvalidArgument, {"'wpe.weight'", "row 0 holds -inf at column 5"});
+  {
+    ServerProcess s({"--weights", nan.path, "--preset", "gpt2"});
+    EXPECT_EQ(s.wait_exit(), 1);
+    EXPECT_NE(s.err().find("tokpos serve: error: " + nan.path + ": tensor 'wpe.weight'"), std::string::npos)
+        << s.err();
+    EXPECT_NE(s.err().find("row 5 holds nan at column 2"), std::string::npos) << s.err();
+  }
+  std::filesystem::remove(nan.path);
+  std::filesystem::remove(inf.path);
 }
 
 // The real trained table: all-MiniLM-L6-v2's 512 x 384 position embeddings,

@@ -86,15 +86,18 @@ void report(const EmbedCommand& c, const std::vector<float>& out, int64_t B, int
 // input stage is the token rows alone.
 bool has_learned_positions(std::string_view arch) { return arch == "gpt2" || arch == "starcoder"; }
 
-// A GGUF tensor's bytes as a (rows, row_bytes) uint8 DLTensor, for the ops.
+// A GGUF tensor's bytes as a (rows, row_bytes) uint8 DLTensor, for the ops:
+// in place, or copied where general.alignment leaves f32, f16 or bf16 data
+// unaligned for its elements (GgufFile::aligned_bytes).
 struct BlockView {
   int64_t shape[2];
   DLTensor dl{};
-  BlockView(const GgufFile& file, const GgufTensorInfo& t) {
+  GgufFile::AlignedBytes bytes;
+  BlockView(const GgufFile& file, const GgufTensorInfo& t) : bytes(file.aligned_bytes(t.name)) {
     const int64_t rows = t.dims.size() == 2 ? t.dims[1] : 1;
     shape[0] = rows;
     shape[1] = static_cast<int64_t>(t.nbytes) / (rows > 0 ? rows : 1);
-    dl.data = const_cast<uint8_t*>(file.bytes(t.name).data());
+    dl.data = const_cast<uint8_t*>(bytes.bytes.data());
     dl.device = {kDLCPU, 0};
     dl.ndim = 2;
     dl.dtype = {kDLUInt, 8, 1};
@@ -120,7 +123,7 @@ void run_embed_gguf(const EmbedCommand& c, std::ostream& log) {
     throw Error(Status::kCorruptFile, c.weights + ": general.architecture is " +
                                           (arch_value ? std::string("not a string") : std::string("missing")) +
                                           "; GGUF requires it, and it says which tables the input stage reads");
-  const std::string arch(arch_value->to_string());
+  const std::string arch = gguf_printable(arch_value->to_string());  // shown, never sent to the terminal raw
   if (arch == "bert" || arch == "nomic-bert" || arch == "jina-bert-v2")
     refuse("general.architecture '" + arch + "': the BERT input stage (token types, LayerNorm) is read from "
            "safetensors with --preset bert; its GGUF form is not supported");
@@ -151,6 +154,7 @@ void run_embed_gguf(const EmbedCommand& c, std::ostream& log) {
   }
   const BlockView blocks(file, token);
   std::optional<TensorView> pos;
+  GgufFile::AlignedBytes pos_bytes;
   int64_t L = 0;
   if (learned) {
     const GgufTensorInfo& p = file.tensor("position_embd.weight");
@@ -162,7 +166,8 @@ void run_embed_gguf(const EmbedCommand& c, std::ostream& log) {
     if (!pos_dtype)
       refuse(std::string("position_embd.weight is ") + ggml_type_traits(static_cast<int64_t>(p.ggml_type))->name +
              "; a position table must be f32, f16 or bf16");
-    pos.emplace(file.bytes(p.name).data(), *pos_dtype, std::initializer_list<int64_t>{L, D});
+    pos_bytes = file.aligned_bytes(p.name);
+    pos.emplace(pos_bytes.bytes.data(), *pos_dtype, std::initializer_list<int64_t>{L, D});
   }
   std::vector<float> out;
   try {

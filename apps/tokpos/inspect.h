@@ -9,12 +9,13 @@
 namespace tokpos::app {
 
 struct InspectCommand {
-  std::string file;   // FILE.safetensors or FILE.gguf (told apart by the first bytes, not the name)
+  std::string file;   // FILE.safetensors or FILE.gguf (told apart by the first bytes, else by the name)
   bool json = false;  // one JSON object instead of the table
 };
 
-// True when FILE is a regular file whose first four bytes are GGUF's magic
-// (opened without blocking: a FIFO is not waited on, and is not GGUF).
+// True when FILE's name ends in .gguf (any case), or when it is a regular
+// file whose first four bytes are GGUF's magic (opened without blocking: a
+// FIFO is not waited on).
 bool is_gguf_file(const std::string& path);
 
 // Throws tokpos::Error (a file that does not validate is Error(kCorruptFile)).

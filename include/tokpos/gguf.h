@@ -34,6 +34,15 @@
 // is refused without waiting for a writer. Asking for a tensor or a value
 // the file lacks, or a value as a type it is not, is Error(kInvalidArgument).
 //
+// Keys, string values and tensor names are kept as the file's bytes (UTF-8
+// by the spec, not checked: a file with other bytes is read, not refused).
+// Wherever they are shown as text, one rule applies: valid UTF-8 stays as it
+// is and each byte that is not part of it becomes the four characters \xNN
+// (two lowercase hex digits), which is Python's errors="backslashreplace"
+// (gguf_text). Terminals and error messages also get every control character
+// (C0, DEL, C1) as the \xNN of its bytes (gguf_printable). A file in which two
+// keys, or two tensor names, read as the same text by gguf_text is refused.
+//
 // open() maps the file: the metadata values and the tensor bytes are views
 // into the mapping (zero copy), and every GgufFile, GgufValue and span
 // handed out keeps it alive (a copy of the file object shares it; spans are
@@ -75,6 +84,15 @@ enum class GgufType : uint32_t {
 
 // "UINT8", "STRING", ... as gguf-py names them; "?" for a value not a type.
 TOKPOS_API const char* gguf_type_name(GgufType type);
+
+// A key, string value or tensor name as text: valid UTF-8 as it is, each
+// byte outside it as \xNN (lowercase hex): the rule of the reader, the CLI's
+// --json and Python's errors="backslashreplace". Always valid UTF-8.
+TOKPOS_API std::string gguf_text(std::string_view bytes);
+// The same for a terminal or an error message: also each byte of a control
+// character (U+0000..U+001F, U+007F, U+0080..U+009F) as \xNN, so no byte of
+// the file reaches a terminal as a control sequence (ESC, CR, NUL, CSI).
+TOKPOS_API std::string gguf_printable(std::string_view bytes);
 
 // Arrays of arrays nest at most this deep (an array of scalars is depth 1).
 inline constexpr int kGgufMaxArrayDepth = 8;
@@ -155,6 +173,17 @@ class TOKPOS_API GgufFile {
   const GgufTensorInfo& tensor(std::string_view name) const;
   // A tensor's data in place (zero copy): tensor(name).nbytes bytes.
   std::span<const uint8_t> bytes(std::string_view name) const;
+  // The same bytes, where an f32, f16 or bf16 tensor's elements can be read
+  // as their type: in place, except when general.alignment (1 or 2) leaves
+  // such data at an address that is not a multiple of its element size; then
+  // a copy in aligned memory. `owner` keeps the bytes alive (the mapping, or
+  // the copy); `copied` says which.
+  struct AlignedBytes {
+    std::span<const uint8_t> bytes;
+    std::shared_ptr<const void> owner;
+    bool copied = false;
+  };
+  AlignedBytes aligned_bytes(std::string_view name) const;
 
  private:
   friend struct GgufParser;

@@ -552,7 +552,10 @@ typedef struct tokpos_gguf_tensor {
   const void* data;  /* its bytes in the mapping (zero copy) */
   /* The data as a (rows, row_bytes) uint8 DLTensor, rows the product of
    * dims[1..]: a token table's token_blocks for
-   * tokpos_op_compose_forward_ggml with ggml_type and dim = dims[0]. */
+   * tokpos_op_compose_forward_ggml with ggml_type and dim = dims[0]. It
+   * views data, except for f32, f16 or bf16 data that the file's
+   * general.alignment (1 or 2) leaves unaligned for its elements: then an
+   * aligned copy, made by tokpos_gguf_open and freed with the handle. */
   DLTensor blocks;
 } tokpos_gguf_tensor;
 /* Tensor `index` in the file's order (0 <= index < n_tensors), or by name

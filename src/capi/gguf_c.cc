@@ -1,7 +1,9 @@
 // The C API's GGUF reader: tokpos::GgufFile behind an opaque handle. The
-// handle keeps, beside the file, each tensor's (rows, row_bytes) shape, so
-// the blocks DLTensor it hands out points at storage that lives as long as
-// the handle.
+// handle keeps, beside the file, each tensor's (rows, row_bytes) shape and
+// its bytes as the ops read them (GgufFile::aligned_bytes: in place, or an
+// aligned copy of f32, f16 or bf16 data that the file's alignment leaves
+// unaligned), so the blocks DLTensor it hands out points at storage that
+// lives as long as the handle.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -16,6 +18,7 @@
 struct tokpos_gguf {
   tokpos::GgufFile file;
   std::vector<std::array<int64_t, 2>> block_shapes;  // per tensor: (rows, row_bytes)
+  std::vector<tokpos::GgufFile::AlignedBytes> blocks;  // per tensor: the bytes the blocks DLTensor views
 };
 
 namespace {
@@ -47,7 +50,7 @@ void fill_tensor(const tokpos_gguf& f, size_t i, tokpos_gguf_tensor* out) {
   for (size_t d = 0; d < t.dims.size() && d < 4; ++d) r.dims[d] = t.dims[d];
   r.nbytes = t.nbytes;
   r.data = f.file.bytes(t.name).data();
-  r.blocks.data = const_cast<void*>(r.data);
+  r.blocks.data = const_cast<uint8_t*>(f.blocks[i].bytes.data());
   r.blocks.device = {kDLCPU, 0};
   r.blocks.ndim = 2;
   r.blocks.dtype = {kDLUInt, 8, 1};
@@ -64,15 +67,15 @@ GgufValue value_of(const char* fn, const tokpos_gguf* f, int64_t index, int64_t 
   const auto& kv = metadata[static_cast<size_t>(index)];
   if (element == -1) {
     if (kv.value.is_array())
-      fail(Status::kInvalidArgument, fn, "'", kv.key, "' is an array of ", kv.value.size(),
+      fail(Status::kInvalidArgument, fn, "'", tokpos::gguf_printable(kv.key), "' is an array of ", kv.value.size(),
            " elements: ask for an element (0 .. ", kv.value.size(), ")");
     return kv.value;
   }
   if (!kv.value.is_array())
-    fail(Status::kInvalidArgument, fn, "'", kv.key, "' is a ", tokpos::gguf_type_name(kv.value.type()),
+    fail(Status::kInvalidArgument, fn, "'", tokpos::gguf_printable(kv.key), "' is a ", tokpos::gguf_type_name(kv.value.type()),
          ", not an array: ask for element -1");
   if (element < 0 || static_cast<uint64_t>(element) >= kv.value.size())
-    fail(Status::kInvalidArgument, fn, "element ", element, " of '", kv.key, "' is outside [0, ", kv.value.size(),
+    fail(Status::kInvalidArgument, fn, "element ", element, " of '", tokpos::gguf_printable(kv.key), "' is outside [0, ", kv.value.size(),
          ")");
   return kv.value.at(static_cast<uint64_t>(element));
 }
@@ -83,7 +86,8 @@ auto converted(const char* fn, const tokpos_gguf* f, int64_t index, F&& convert)
   try {
     return convert();
   } catch (const tokpos::Error& e) {
-    fail(e.status(), fn, "'", f->file.metadata()[static_cast<size_t>(index)].key, "': ", e.what());
+    fail(e.status(), fn, "'", tokpos::gguf_printable(f->file.metadata()[static_cast<size_t>(index)].key), "': ",
+         e.what());
   }
 }
 
@@ -96,13 +100,15 @@ tokpos_status tokpos_gguf_open(tokpos_gguf** out, const char* path) {
   return guard(fn, [&] {
     check_not_null(fn, "out", out);
     check_not_null(fn, "path", path);
-    auto* f = new tokpos_gguf{GgufFile::open(path), {}};
+    auto* f = new tokpos_gguf{GgufFile::open(path), {}, {}};
     try {
       f->block_shapes.reserve(f->file.tensors().size());
+      f->blocks.reserve(f->file.tensors().size());
       for (const auto& t : f->file.tensors()) {
         int64_t rows = 1;
         for (size_t d = 1; d < t.dims.size(); ++d) rows *= t.dims[d];  // the reader checked the product
         f->block_shapes.push_back({rows, static_cast<int64_t>(t.nbytes / static_cast<uint64_t>(rows))});
+        f->blocks.push_back(f->file.aligned_bytes(t.name));
       }
     } catch (...) {
       delete f;

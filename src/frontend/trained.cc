@@ -1,7 +1,9 @@
 #include "frontend/trained.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include "tokpos/error.h"
 
@@ -37,6 +39,21 @@ NameMap parse_name_map(std::string_view who, std::string_view preset, const std:
   return names;
 }
 
+namespace {
+
+// The tensor the preset read as its position table: the --map name, else the
+// default with the first prefix the file has (as src/io/presets.cc resolves it).
+std::string position_tensor_name(const SafetensorsFile& f, std::string_view preset, const NameMap& names) {
+  const std::string role = preset == "gpt2" ? "wpe" : "position";
+  if (const auto it = names.find(role); it != names.end()) return it->second;
+  const std::string name = preset == "gpt2" ? "wpe.weight" : "embeddings.position_embeddings.weight";
+  for (const char* prefix : {"", "transformer.", "bert.", "model."})
+    if (f.contains(prefix + name)) return prefix + name;
+  return name;
+}
+
+}  // namespace
+
 TrainedPositions load_trained_positions(const std::string& path, std::string_view preset, const NameMap& names) {
   (void)preset_roles(preset);  // a bad preset is named before the file is read
   const auto file = SafetensorsFile::open(path, SafetensorsFile::Access::kRead);
@@ -49,6 +66,18 @@ TrainedPositions load_trained_positions(const std::string& path, std::string_vie
   t.max_context = pos.max_context();
   t.dim = pos.dim();
   t.table.assign(pos.table().begin(), pos.table().end());
+  // Every answer built on the table (rows, cosines, wavelengths) must be a
+  // finite number: a NaN or an infinity is refused here, once, naming where.
+  const auto bad = std::find_if(t.table.begin(), t.table.end(), [](float v) { return !std::isfinite(v); });
+  if (bad != t.table.end()) {
+    const auto i = static_cast<int64_t>(bad - t.table.begin());
+    std::ostringstream os;
+    os << path << ": tensor '" << position_tensor_name(file, preset, names) << "', the " << preset
+       << " preset's position table (L = " << t.max_context << ", D = " << t.dim << "): row " << i / t.dim
+       << " holds " << *bad << " at column " << i % t.dim
+       << ", the first value that is not finite; every value of a position table must be finite";
+    throw Error(Status::kInvalidArgument, os.str());
+  }
   return t;
 }
 

@@ -9,8 +9,10 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "common/check.h"
+#include "tokpos/dtype.h"
 #include "io/posix_file.h"
 
 namespace tokpos {
@@ -88,7 +90,63 @@ struct Range {
   size_t tensor;
 };
 
+// The length of the valid UTF-8 sequence at p (1..4), or 0 when the byte at p
+// does not start one (the Unicode standard's table 3-7: no overlong forms, no
+// surrogates, nothing past U+10FFFF): the bytes Python's UTF-8 decoder refuses.
+size_t utf8_length(const unsigned char* p, size_t n) {
+  const unsigned c = p[0];
+  if (c < 0x80) return 1;
+  auto cont = [&](size_t i, unsigned lo = 0x80, unsigned hi = 0xbf) { return i < n && p[i] >= lo && p[i] <= hi; };
+  if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
+  if (c == 0xe0) return cont(1, 0xa0) && cont(2) ? 3 : 0;
+  if (c == 0xed) return cont(1, 0x80, 0x9f) && cont(2) ? 3 : 0;
+  if (c >= 0xe1 && c <= 0xef) return cont(1) && cont(2) ? 3 : 0;
+  if (c == 0xf0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+  if (c == 0xf4) return cont(1, 0x80, 0x8f) && cont(2) && cont(3) ? 4 : 0;
+  if (c >= 0xf1 && c <= 0xf3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+  return 0;
+}
+
+bool is_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_length(p + i, s.size() - i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+void append_escaped(std::string& out, unsigned char b) {
+  static const char kHex[] = "0123456789abcdef";
+  out += "\\x";
+  out += kHex[b >> 4];
+  out += kHex[b & 15];
+}
+
+std::string escaped(std::string_view s, bool controls) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_length(p + i, s.size() - i);
+    const bool control = controls && ((n == 1 && (p[i] < 0x20 || p[i] == 0x7f)) || (n == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0));
+    if (n == 0 || control) {
+      for (size_t k = 0; k < std::max<size_t>(n, 1); ++k) append_escaped(out, p[i + k]);
+      i += std::max<size_t>(n, 1);
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string gguf_text(std::string_view bytes) { return escaped(bytes, false); }
+
+std::string gguf_printable(std::string_view bytes) { return escaped(bytes, true); }
 
 const char* gguf_type_name(GgufType type) {
   static const char* const kNames[] = {"UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",  "FLOAT32",
@@ -145,7 +203,8 @@ struct GgufParser {
     return static_cast<GgufType>(t);
   }
 
-  // One value of type t; `depth` arrays enclose it. `key` names it in errors.
+  // One value of type t; `depth` arrays enclose it. `key` names it in errors
+  // (as gguf_printable shows it).
   GgufValue read_value(GgufType t, int depth, std::string_view key) {
     GgufValue v;
     v.type_ = t;
@@ -205,6 +264,30 @@ struct GgufParser {
     return v;
   }
 
+  // A key or tensor name that is not UTF-8 must not read as the same text
+  // (gguf_text) as another: `index` maps the file's bytes to the entry,
+  // `shown` the text of the names that are not UTF-8. Returns false, with the
+  // other entry and the text, when the name collides.
+  static bool text_collides(std::string_view name, const std::map<std::string, size_t, std::less<>>& index,
+                            std::map<std::string, size_t, std::less<>>& shown, size_t entry, size_t* other,
+                            std::string* text) {
+    if (is_utf8(name)) {
+      const auto it = shown.find(name);
+      if (it == shown.end()) return false;
+      *other = it->second;
+      *text = std::string(name);
+      return true;
+    }
+    *text = gguf_text(name);
+    if (const auto it = index.find(*text); it != index.end()) {
+      *other = it->second;
+      return true;
+    }
+    const auto [it, fresh] = shown.try_emplace(*text, entry);
+    *other = it->second;
+    return !fresh;
+  }
+
   void parse(GgufFile& f);
 };
 
@@ -252,13 +335,21 @@ void GgufParser::parse(GgufFile& f) {
   // reserved by the counts: an entry in memory is several times the bytes
   // it may take in the file, so a count is only trusted as far as entries
   // are actually there.
+  std::map<std::string, size_t, std::less<>> shown_keys, shown_names;  // the names that are not UTF-8, as text
   for (uint64_t i = 0; i < n_kv; ++i) {
     const uint64_t at = pos;
     const auto key = read_string("kv ", i, " key");
-    const auto type = read_type("key '", key, "': value type");
-    GgufKeyValue kv{std::string(key), read_value(type, 0, key)};
+    const std::string shown = gguf_printable(key);
+    const auto type = read_type("key '", shown, "': value type");
+    GgufKeyValue kv{std::string(key), read_value(type, 0, shown)};
     if (!f.key_index_.try_emplace(kv.key, f.metadata_.size()).second)
-      corrupt(at, "key '", key, "' appears twice (kv ", f.key_index_.find(key)->second, " and kv ", i, ")");
+      corrupt(at, "key '", shown, "' appears twice (kv ", f.key_index_.find(key)->second, " and kv ", i, ")");
+    size_t other = 0;
+    std::string text;
+    if (text_collides(key, f.key_index_, shown_keys, f.metadata_.size(), &other, &text)) {
+      corrupt(at, "key '", shown, "' reads as '", gguf_printable(text), "' (bytes that are not UTF-8 as \\xNN), as kv ",
+              other, " does: keys must differ as text");
+    }
     if (key == "general.alignment") {
       if (type != GgufType::kUint32)
         corrupt(at, "general.alignment has value type ", gguf_type_name(type), ", not UINT32");
@@ -276,10 +367,11 @@ void GgufParser::parse(GgufFile& f) {
   for (uint64_t i = 0; i < n_tensors; ++i) {
     const uint64_t at = pos;
     GgufTensorInfo t;
-    const auto tname = read_string("tensor ", i, " name");
-    if (tname.size() > kMaxTensorName)
-      corrupt(at, "tensor ", i, " name length ", tname.size(), " exceeds ", kMaxTensorName, " bytes");
-    t.name = std::string(tname);
+    const auto name_bytes = read_string("tensor ", i, " name");
+    if (name_bytes.size() > kMaxTensorName)
+      corrupt(at, "tensor ", i, " name length ", name_bytes.size(), " exceeds ", kMaxTensorName, " bytes");
+    t.name = std::string(name_bytes);
+    const std::string tname = gguf_printable(name_bytes);  // the name in messages
     const uint64_t dims_at = pos;
     const auto n_dims = read<uint32_t>("tensor '", tname, "': n_dims");
     if (n_dims < 1 || n_dims > kMaxDims)
@@ -322,8 +414,14 @@ void GgufParser::parse(GgufFile& f) {
               f.alignment_);
     }
     if (!f.tensor_index_.try_emplace(t.name, f.tensors_.size()).second) {
-      corrupt(at, "tensor name '", tname, "' appears twice (tensor ", f.tensor_index_.find(tname)->second,
+      corrupt(at, "tensor name '", tname, "' appears twice (tensor ", f.tensor_index_.find(t.name)->second,
               " and tensor ", i, ")");
+    }
+    size_t other = 0;
+    std::string text;
+    if (text_collides(t.name, f.tensor_index_, shown_names, f.tensors_.size(), &other, &text)) {
+      corrupt(at, "tensor name '", tname, "' reads as '", gguf_printable(text),
+              "' (bytes that are not UTF-8 as \\xNN), as tensor ", other, "'s does: names must differ as text");
     }
     f.tensors_.push_back(std::move(t));
     info_at.push_back(offset_at);
@@ -338,7 +436,7 @@ void GgufParser::parse(GgufFile& f) {
   for (size_t i = 0; i < f.tensors_.size(); ++i) {
     const GgufTensorInfo& t = f.tensors_[i];
     if (t.offset > data_size || t.nbytes > data_size - t.offset) {
-      corrupt(info_at[i], "tensor '", t.name, "': data range [", t.offset, ", ", t.offset, " + ", t.nbytes,
+      corrupt(info_at[i], "tensor '", gguf_printable(t.name), "': data range [", t.offset, ", ", t.offset, " + ", t.nbytes,
               ") of the data section (at byte ", f.data_offset_,
               ") runs past the end of the file: the section holds ", data_size, " bytes");
     }
@@ -350,8 +448,8 @@ void GgufParser::parse(GgufFile& f) {
   for (size_t k = 1; k < ranges.size(); ++k) {
     const Range &p = ranges[k - 1], &q = ranges[k];
     if (q.begin < p.end) {
-      corrupt(info_at[q.tensor], "tensor '", f.tensors_[q.tensor].name, "': data range [", q.begin, ", ",
-              q.end, ") overlaps tensor '", f.tensors_[p.tensor].name, "' at [", p.begin, ", ", p.end, ")");
+      corrupt(info_at[q.tensor], "tensor '", gguf_printable(f.tensors_[q.tensor].name), "': data range [", q.begin,
+              ", ", q.end, ") overlaps tensor '", gguf_printable(f.tensors_[p.tensor].name), "' at [", p.begin, ", ", p.end, ")");
     }
   }
 }
@@ -404,9 +502,10 @@ const GgufTensorInfo& GgufFile::tensor(std::string_view name) const {
     std::string some;
     constexpr size_t kListed = 5;
     for (size_t i = 0; i < tensors_.size() && i < kListed; ++i)
-      some += (i ? ", '" : "'") + tensors_[i].name + "'";
+      some += (i ? ", '" : "'") + gguf_printable(tensors_[i].name) + "'";
     if (tensors_.size() > kListed) some += ", ...";
-    detail::fail(Status::kInvalidArgument, kWhere, name_, ": no tensor named '", name, "' (", tensors_.size(),
+    detail::fail(Status::kInvalidArgument, kWhere, name_, ": no tensor named '", gguf_printable(name), "' (",
+                 tensors_.size(),
                  " tensors in the file", tensors_.empty() ? "" : ": ", some, ")");
   }
   return tensors_[it->second];
@@ -415,6 +514,23 @@ const GgufTensorInfo& GgufFile::tensor(std::string_view name) const {
 std::span<const uint8_t> GgufFile::bytes(std::string_view name) const {
   const GgufTensorInfo& t = tensor(name);
   return {base_ + data_offset_ + t.offset, static_cast<size_t>(t.nbytes)};
+}
+
+GgufFile::AlignedBytes GgufFile::aligned_bytes(std::string_view name) const {
+  const GgufTensorInfo& t = tensor(name);
+  const std::span<const uint8_t> in_place{base_ + data_offset_ + t.offset, static_cast<size_t>(t.nbytes)};
+  const std::optional<DType> dtype = ggml_float_dtype(t.ggml_type);
+  const size_t each = dtype ? dtype_size(*dtype) : 1;
+  if (reinterpret_cast<uintptr_t>(in_place.data()) % each == 0) return {in_place, owner_, false};
+  std::shared_ptr<std::vector<uint64_t>> copy;
+  try {
+    copy = std::make_shared<std::vector<uint64_t>>((in_place.size() + 7) / 8);
+  } catch (const std::bad_alloc&) {
+    detail::fail(Status::kOutOfMemory, kWhere, name_, ": cannot allocate ", in_place.size(),
+                 " bytes for an aligned copy of tensor '", gguf_printable(t.name), "'");
+  }
+  std::memcpy(copy->data(), in_place.data(), in_place.size());
+  return {{reinterpret_cast<const uint8_t*>(copy->data()), in_place.size()}, std::move(copy), true};
 }
 
 // --- GgufValue ---

@@ -624,9 +624,14 @@ View check_quantized(const char* where, const QuantizedTable& q, const GgmlTypeT
 View plain_view(const char* where, View v, const GgmlTypeTraits& tr, int64_t D) {
   const DType d = *ggml_float_dtype(tr.type);
   const auto es = static_cast<int64_t>(dtype_size(d));
-  if (v.numel > 0 && (reinterpret_cast<uintptr_t>(v.data) % es != 0 || (v.shape[0] > 1 && v.strides[0] % es != 0)))
-    fail(Status::kInvalidArgument, where, "token_blocks of type ", tr.name, " must have rows aligned to ", es,
-         " bytes (data ", static_cast<const void*>(v.data), ", row stride ", v.strides[0], " bytes)");
+  const auto at = static_cast<int64_t>(reinterpret_cast<uintptr_t>(v.data) % static_cast<uintptr_t>(es));
+  if (v.numel > 0 && at != 0)
+    fail(Status::kInvalidArgument, where, "the ", tr.name, " token table's first row starts ", at,
+         " bytes past a multiple of ", es, " bytes in memory; ", tr.name, " rows must start at multiples of ", es,
+         " (copy the blocks to aligned memory)");
+  if (v.numel > 0 && v.shape[0] > 1 && v.strides[0] % es != 0)
+    fail(Status::kInvalidArgument, where, "the ", tr.name, " token table's row stride ", v.strides[0],
+         " bytes is not a multiple of ", es, " bytes; ", tr.name, " rows must start at multiples of ", es);
   v.dtype = d;
   v.shape[1] = D;
   v.strides[0] = v.shape[0] > 1 ? v.strides[0] / es : D;
@@ -700,8 +705,9 @@ void compose_forward(const DLTensor& out, const DLTensor& ids, const QuantizedTa
 void compose_backward_quantized(const QuantizedTable& q, const char* where) {
   const char* w = where != nullptr ? where : kBackward;
   const GgmlTypeTraits* tr = ggml_type_traits(q.ggml_type);
-  fail(Status::kUnimplemented, w, "the backward is not defined for a quantized token table (ggml_type ", q.ggml_type,
-       tr ? std::string(", ") + tr->name : std::string(), "); dequantize it to float32 to train it");
+  fail(Status::kUnimplemented, w, "d_token_table is a ", tr ? tr->name : "block", " table (ggml_type ", q.ggml_type,
+       tr ? "" : ", not a ggml type", "): the backward is defined for float tables only (a float32 or float64 ",
+       "(V, D) gradient), not for ggml block types; dequantize the table to float32 to train it");
 }
 
 // ---- Backward ------------------------------------------------------------------
