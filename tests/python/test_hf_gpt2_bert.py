@@ -318,13 +318,24 @@ def test_gpt2_patch_twice_is_harmless():
         assert torch.equal(model(ids).logits, reference(ids).logits)
 
 
-def test_gpt2_outside_supported_versions_refused_untouched(monkeypatch):
-    model = seeded(gpt2)
+def test_gpt2_a_version_number_alone_changes_nothing(monkeypatch):
+    # What decides is the source of GPT2Model.forward, not the version string
+    # (test_hf_sources.py: the fallback where the source differs).
+    from tokpos.hf import _gpt2, _sources
+
+    if not _sources.matches(_gpt2.FAMILY, _gpt2.FORWARD):
+        pytest.skip(f"transformers {transformers.__version__}'s GPT2Model.forward is not the recorded source")
+    model = seeded(gpt2).eval()
+    reference = copy.deepcopy(model)
     # sys.modules' entry: transformers replaces its lazy module object there once models load
-    monkeypatch.setattr(sys.modules["transformers"], "__version__", "5.3.0")
-    with pytest.raises(RuntimeError, match=r"transformers 5\.3\.0 is installed.*left untouched"):
-        tokpos.hf.patch(model)
-    assert "forward" not in model.transformer.__dict__
+    monkeypatch.setattr(sys.modules["transformers"], "__version__", "9.0.0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tokpos.hf.patch(model) == ["transformer.wte", "transformer.wpe"]
+    assert getattr(model.transformer.forward.__func__, "tokpos_fused", False)
+    ids = seeded(lambda: torch.randint(1, V, (2, 7)), 9)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
 
 
 # ---------------------------------------------------------------------------
@@ -567,12 +578,17 @@ def test_bert_resize_save_and_patch_twice(make, tmp_path):
         assert torch.equal(loaded(ids).last_hidden_state, model(ids).last_hidden_state)
 
 
-def test_bert_outside_supported_versions_refused_untouched(monkeypatch):
+def test_bert_a_version_number_alone_changes_nothing(monkeypatch):
+    from tokpos.hf import _sources
+
+    if _sources.differing(_bert.FAMILY):
+        pytest.skip(f"transformers {transformers.__version__}'s BERT/RoBERTa embeddings are not the recorded sources")
     model = seeded(bert)
     monkeypatch.setattr(sys.modules["transformers"], "__version__", "6.0.0")
-    with pytest.raises(RuntimeError, match=r"BERT/RoBERTa patch supports transformers >= 5\.24, < 5\.25.*6\.0\.0"):
-        tokpos.hf.patch(model)
-    assert "forward" not in model.embeddings.__dict__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tokpos.hf.patch(model) == BERT_TABLES
+    assert model.embeddings.forward.__func__ is _bert.bert_forward
 
 
 # ---------------------------------------------------------------------------

@@ -31,9 +31,15 @@ tables other than float32 (the fused kernel's only dtype), an embedding
 with max_norm, scale_grad_by_freq or sparse gradients, or an embedding
 that is no longer an nn.Embedding.
 
-Supported: transformers >= 5.24, < 5.25 (the versions the mirrored
-forwards are copied from and tested with; patch raises RuntimeError naming
-the installed version outside them).
+The fused forwards apply where the installed BertEmbeddings.forward,
+RobertaEmbeddings.forward and RobertaEmbeddings'
+create_position_ids_from_input_ids (which tokpos.roberta_position_ids
+stands in for) have the sources they mirror (their fingerprints recorded
+in _sources.RECORDED), whatever the transformers version. Where one
+differs, the three embeddings of each such module become
+tokpos.torch.Embedding modules instead (exact, unfused; _fallback) and a
+warning names the version; where they are not nn.Embedding modules either,
+patch raises RuntimeError and the model is left untouched.
 """
 
 from __future__ import annotations
@@ -45,9 +51,9 @@ from torch import nn
 
 from .. import _torch_ops, _torch_typed
 from ..positions import roberta_position_ids
-from ._versions import require_transformers
+from . import _fallback, _sources
 
-SUPPORTED = ((5, 24), (5, 25))  # [first, below)
+FAMILY = "BERT/RoBERTa"
 WHERE = "tokpos.hf BERT embedding"
 TABLES = ("word_embeddings", "token_type_embeddings", "position_embeddings")
 
@@ -122,7 +128,7 @@ def _default_token_types(self, position_ids, batch_size, seq_length, input_shape
 
 
 def bert_forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, cache_length=0):
-    """BertEmbeddings.forward of the supported versions, the sum by embed_sum."""
+    """BertEmbeddings.forward as recorded (_sources.RECORDED), the sum by embed_sum."""
     if input_ids is not None:
         input_shape = input_ids.size()
     else:
@@ -143,7 +149,7 @@ def bert_forward(self, input_ids=None, token_type_ids=None, position_ids=None, i
 
 
 def roberta_forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, cache_length=0):
-    """RobertaEmbeddings.forward of the supported versions, the padding-aware
+    """RobertaEmbeddings.forward as recorded (_sources.RECORDED), the padding-aware
     position ids by tokpos.roberta_position_ids (CPU ids), the sum by embed_sum."""
     if position_ids is None:
         if input_ids is not None and input_ids.device.type == "cpu":
@@ -169,25 +175,60 @@ def roberta_forward(self, input_ids=None, token_type_ids=None, position_ids=None
     return embeddings
 
 
+def plan(model) -> _fallback.Plan | None:
+    """What patch does to model (nothing changed yet), or None when model
+    holds no BertEmbeddings or RobertaEmbeddings; RuntimeError when neither
+    the fused forwards nor the fallback apply."""
+    from transformers.models.bert.modeling_bert import BertEmbeddings
+    from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
+
+    bert_path, roberta_path, roberta_positions = _sources.MIRRORED[FAMILY]
+    forwards = {BertEmbeddings.forward: bert_forward, RobertaEmbeddings.forward: roberta_forward}
+    mirrors = {BertEmbeddings.forward: [bert_path], RobertaEmbeddings.forward: [roberta_path, roberta_positions]}
+    found = [(name, m) for name, m in model.named_modules() if type(m).forward in forwards]
+    if not found:
+        return None
+    result = _fallback.Plan(FAMILY)
+    fused, unfused = [], {}
+    for name, m in found:
+        prefix = f"{name}." if name else ""
+        result.names += [prefix + t for t in TABLES]
+        forward = forwards[type(m).forward]
+        changed = _sources.differing(FAMILY, mirrors[type(m).forward])
+        if getattr(m.forward, "__func__", None) is forward or not changed:
+            fused.append((m, forward))
+            continue
+        why = _fallback.changed_sources(FAMILY, changed)
+        for table in TABLES:
+            embedding = getattr(m, table, None)
+            if not _fallback.replaceable(embedding):
+                raise _fallback.refusal(
+                    FAMILY,
+                    f"{why}, and {prefix}{table} is a {type(embedding).__name__}, not an nn.Embedding "
+                    "that tokpos.torch.Embedding can stand in for",
+                )
+            result.steps.append(_fallback.to_tokpos_embedding(embedding))
+            result.replaced.append(prefix + table)
+        unfused.setdefault(why, type(m).__name__)
+    for why, cls in unfused.items():
+        result.unfused.append((f"{cls}'s word + token type + position sum", why))
+
+    def fuse():
+        for m, forward in fused:
+            if getattr(m.forward, "__func__", None) is not forward:
+                m.forward = MethodType(forward, m)
+
+    result.steps.insert(0, fuse)
+    return result
+
+
 def patch(model) -> list[str] | None:
     """Patch every BertEmbeddings and RobertaEmbeddings in model (itself
     included); the names of the replaced modules (each one's word, token
     type and position embeddings), or None when model holds neither. One
     already patched keeps its patch and is named again; a subclass with its
-    own forward is not touched."""
-    from transformers.models.bert.modeling_bert import BertEmbeddings
-    from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
-
-    forwards = {BertEmbeddings.forward: bert_forward, RobertaEmbeddings.forward: roberta_forward}
-    found = [(name, m) for name, m in model.named_modules() if type(m).forward in forwards]
-    if not found:
-        return None
-    require_transformers("BERT/RoBERTa", *SUPPORTED)
-    replaced = []
-    for name, m in found:
-        forward = forwards[type(m).forward]
-        if getattr(m.forward, "__func__", None) is not forward:
-            m.forward = MethodType(forward, m)
-        prefix = f"{name}." if name else ""
-        replaced += [prefix + t for t in TABLES]
-    return replaced
+    own forward is not touched. The fused forward where the mirrored sources
+    are the recorded ones, else tokpos.torch.Embedding modules and a warning
+    (plan)."""
+    result = plan(model)
+    return None if result is None else result.apply()

@@ -38,9 +38,12 @@ kernels only), tables of another dtype than float32, bfloat16 or float16 or
 of two dtypes, an embedding with max_norm or scale_grad_by_freq, or a
 wte/wpe that is no longer an nn.Embedding.
 
-Supported: transformers >= 5.24, < 5.25 (the versions the mirrored forward
-is copied from and tested with; patch raises RuntimeError naming the
-installed version outside them).
+The fused forward applies where the installed GPT2Model.forward has the
+source it mirrors (its fingerprint is recorded in _sources.RECORDED),
+whatever the transformers version. Where it differs, wte and wpe become
+tokpos.torch.Embedding modules instead (exact, unfused; _fallback) and a
+warning names the version; where they are not nn.Embedding modules either,
+patch raises RuntimeError and the model is left untouched.
 """
 
 from __future__ import annotations
@@ -52,9 +55,10 @@ import torch
 from torch import nn
 
 from .. import _torch_ops
-from ._versions import require_transformers
+from . import _fallback, _sources
 
-SUPPORTED = ((5, 24), (5, 25))  # [first, below)
+FAMILY = "GPT-2"
+FORWARD = _sources.MIRRORED[FAMILY][0]
 WHERE = "tokpos.hf GPT-2 embedding"
 
 
@@ -156,7 +160,7 @@ def embed(model, input_ids, position_ids, start=0):
 
 @functools.cache
 def _fused_forward():
-    """GPT2Model.forward of the supported versions, with the embedding stage
+    """GPT2Model.forward as recorded (_sources.RECORDED), with the embedding stage
     (wte lookup, wpe lookup, add) replaced by embed(); everything else is
     transformers' own code, under the same decorators."""
     from transformers.models.gpt2 import modeling_gpt2 as g
@@ -272,14 +276,14 @@ def _fused_forward():
             cache=cache,
         )
 
+    forward.tokpos_fused = True
     return forward
 
 
-def patch(model) -> list[str] | None:
-    """Patch every GPT2Model in model (itself included); the names of the
-    replaced modules (each GPT2Model's wte and wpe), or None when model
-    holds no GPT2Model. A GPT2Model already patched keeps its patch and is
-    named again; a subclass with its own forward is not touched."""
+def plan(model) -> _fallback.Plan | None:
+    """What patch does to model (nothing changed yet), or None when model
+    holds no GPT2Model; RuntimeError when neither the fused forward nor the
+    fallback applies."""
     from transformers.models.gpt2.modeling_gpt2 import GPT2Model
 
     found = [
@@ -289,12 +293,43 @@ def patch(model) -> list[str] | None:
     ]
     if not found:
         return None
-    require_transformers("GPT-2", *SUPPORTED)
-    forward = _fused_forward()
-    replaced = []
-    for name, m in found:
-        if getattr(m.forward, "__func__", None) is not forward:
-            m.forward = MethodType(forward, m)
+    result = _fallback.Plan(FAMILY)
+    for name, _ in found:
         prefix = f"{name}." if name else ""
-        replaced += [f"{prefix}wte", f"{prefix}wpe"]
-    return replaced
+        result.names += [f"{prefix}wte", f"{prefix}wpe"]
+    patched = [getattr(getattr(m.forward, "__func__", None), "tokpos_fused", False) for _, m in found]
+    if all(patched) or _sources.matches(FAMILY, FORWARD):
+        def fuse():
+            forward = _fused_forward()
+            for _, m in found:
+                if getattr(m.forward, "__func__", None) is not forward:
+                    m.forward = MethodType(forward, m)
+
+        result.steps.append(fuse)
+        return result
+    why = _fallback.changed_sources(FAMILY, [FORWARD])
+    for name, m in found:
+        prefix = f"{name}." if name else ""
+        for table in ("wte", "wpe"):
+            embedding = getattr(m, table, None)
+            if not _fallback.replaceable(embedding):
+                raise _fallback.refusal(
+                    FAMILY,
+                    f"{why}, and {prefix}{table} is a {type(embedding).__name__}, not an nn.Embedding "
+                    "that tokpos.torch.Embedding can stand in for",
+                )
+            result.steps.append(_fallback.to_tokpos_embedding(embedding))
+            result.replaced.append(f"{prefix}{table}")
+    result.unfused.append(("the token and position lookups and their sum", why))
+    return result
+
+
+def patch(model) -> list[str] | None:
+    """Patch every GPT2Model in model (itself included); the names of the
+    replaced modules (each GPT2Model's wte and wpe), or None when model
+    holds no GPT2Model. A GPT2Model already patched keeps its patch and is
+    named again; a subclass with its own forward is not touched. The fused
+    forward where GPT2Model.forward's source is the recorded one, else
+    tokpos.torch.Embedding modules and a warning (plan)."""
+    result = plan(model)
+    return None if result is None else result.apply()

@@ -34,6 +34,10 @@ from torch import nn
 
 from .. import rope as _rope
 from .._torch_rope import RotaryEmbedding, _config_rope, rope_tables
+from . import _fallback
+from . import _sources as _recorded
+
+FAMILY = "Llama"
 
 
 def _model_cos_sin(positions, inv_freq, scaling: float, section=None, interleaved: bool = False):
@@ -58,35 +62,147 @@ def _model_cos_sin(positions, inv_freq, scaling: float, section=None, interleave
     return emb.cos() * scaling, emb.sin() * scaling
 
 
+_SEQ_LEN_TYPES = ("dynamic", "longrope")
+
+
+def _nested_layer_types(config) -> list:
+    """The layer types config's rope_parameters is nested by (Gemma 3), those
+    with a dict; [] when it is not nested."""
+    params = getattr(config, "rope_parameters", None) or {}
+    if not isinstance(params, dict):
+        return []
+    types_ = set(getattr(config, "layer_types", None) or ()) & set(params)
+    return sorted(t for t in types_ if params[t] is not None)
+
+
 class HFRotary(nn.Module):
-    """A transformers rotary embedding module's interface over tokpos:
+    """A transformers rotary embedding module over tokpos, built as
+    transformers builds one: HFRotary(config), or HFRotary(config, device).
     forward(x, position_ids) -> (cos, sin), position_ids (B, T) (or (1, T);
     (3, B, T) for multimodal rotary), cos and sin (B, T, rotary_dim) in x's
-    dtype on x's device. With one rotary embedding per layer type (Gemma 3):
-    forward(x, position_ids, layer_type), rope the layer types' modules
-    (ropes[layer_type]). No parameters and no persistent buffers, so
-    state_dict is the model's as before."""
+    dtype on x's device. A config whose rope_parameters is nested by layer
+    type (Gemma 3) gives one rotary embedding per layer type:
+    forward(x, position_ids, layer_type). mrope_section (multimodal rotary,
+    Qwen2-VL; mrope_interleaved: Qwen3-VL) defaults to the config's
+    rope_parameters' own, False for none; attention_scaling to tokpos's
+    attention factor (patch passes the replaced module's).
 
-    def __init__(self, ropes: dict, attention_scaling: dict, rope_type):
+    The frequencies are tokpos.torch.RotaryEmbedding.from_config's (rope,
+    or ropes[layer_type]; every rope_type, partial rotary, dynamic NTK
+    keeping the longest length seen), held in Python, and cos and sin are
+    computed from them on the CPU. What transformers' tests and utilities
+    read from a rotary module is kept: inv_freq (the frequencies in use,
+    float32) and original_inv_freq, non-persistent buffers ({layer_type}_
+    prefixed with layer types), attention_scaling, rope_type, config,
+    max_seq_len_cached and original_max_seq_len. The buffers are filled
+    from the held frequencies whenever they are set or moved (.to(),
+    to_empty(), transformers' loading), so a module built on the meta device
+    and materialised later holds the right values, and state_dict is the
+    model's as before (no parameters, no persistent buffers)."""
+
+    def __init__(self, config, device=None, *, mrope_section=None, mrope_interleaved=None, attention_scaling=None):
         super().__init__()
-        if None in ropes:
-            self.rope = ropes[None]
+        device = torch.empty(0).device if device is None else torch.device(device)  # the default device, meta included
+        self.config = config
+        self.original_max_seq_len = config.max_position_embeddings
+        layer_types = _nested_layer_types(config)
+        self.layer_types = layer_types
+        ropes, originals = {}, {}
+        with torch.device("cpu"):  # the held frequencies are CPU tensors whatever the default device
+            for layer_type in layer_types or [None]:
+                head_dim, params = _config_rope(config, layer_type)
+                section = params.get("mrope_section") if mrope_section is None else mrope_section
+                mrope = {}
+                if section:
+                    interleaved = params.get("mrope_interleaved", False) if mrope_interleaved is None else mrope_interleaved
+                    mrope = dict(mrope_section=list(section), mrope_interleaved=bool(interleaved))
+                rope = RotaryEmbedding(head_dim, scaling=params, dynamic="longest", **mrope)
+                inv, _ = _rope.rope_frequencies(rope.dim, base=rope.base, scaling=rope.scaling)
+                ropes[layer_type], originals[layer_type] = rope, torch.from_numpy(inv)
+        self.__dict__["_ropes"] = ropes  # not submodules: nothing of theirs is the model's state
+        self.__dict__["_originals"] = originals
+        self.__dict__["_in_use"] = dict(originals)
+        if attention_scaling is None:
+            attention_scaling = {t: float(r.attention_factor) for t, r in ropes.items()}
+        elif not isinstance(attention_scaling, dict):
+            attention_scaling = {None: float(attention_scaling)}
+        if layer_types:
+            self.rope_type = {t: ropes[t].rope_type for t in layer_types}
+            self.attention_scaling = {t: float(attention_scaling[t]) for t in layer_types}
+            for t in layer_types:
+                setattr(self, f"{t}_attention_scaling", self.attention_scaling[t])
         else:
-            self.ropes = nn.ModuleDict(ropes)
-        self.attention_scaling = attention_scaling[None] if None in attention_scaling else dict(attention_scaling)
-        self.rope_type = rope_type
+            self.rope_type = ropes[None].rope_type
+            self.attention_scaling = float(attention_scaling[None])
+        # buffer name -> (which held frequencies, layer type)
+        self.__dict__["_buffer_values"] = {}
+        for t in ropes:
+            prefix = "" if t is None else f"{t}_"
+            self._buffer_values[f"{prefix}inv_freq"] = ("_in_use", t)
+            self._buffer_values[f"{prefix}original_inv_freq"] = ("_originals", t)
+        for name in self._buffer_values:
+            self.register_buffer(name, torch.empty(self._held(name).shape, device=device), persistent=False)
+            self._fill(name, self._buffers[name])
+
+    @property
+    def rope(self) -> RotaryEmbedding:
+        """The tokpos rotary embedding (one for the whole model)."""
+        if None not in self._ropes:
+            raise AttributeError("HFRotary: one rotary embedding per layer type: read ropes[layer_type]")
+        return self._ropes[None]
+
+    @property
+    def ropes(self) -> dict:
+        """The tokpos rotary embedding of each layer type."""
+        return {t: r for t, r in self._ropes.items() if t is not None}
+
+    @property
+    def max_seq_len_cached(self) -> int:
+        """transformers' max_seq_len_cached: for dynamic NTK, the longest length seen (tokpos's seq_len_cached)."""
+        for rope in self._ropes.values():
+            if rope.rope_type == "dynamic" and rope.seq_len_cached is not None:
+                return int(rope.seq_len_cached)
+        return int(self.original_max_seq_len)
+
+    def _held(self, name):
+        which, layer_type = self._buffer_values[name]
+        return self.__dict__[which][layer_type]
+
+    def _fill(self, name, tensor):
+        """Copies the held frequencies of buffer name into tensor (not on the meta device)."""
+        if tensor is None or tensor.device.type == "meta" or name not in self._buffer_values:
+            return
+        with torch.no_grad():
+            tensor.copy_(self._held(name).to(dtype=tensor.dtype))
+
+    def __setattr__(self, name, value):
+        if isinstance(value, torch.Tensor) and name in self.__dict__.get("_buffer_values", ()):
+            self._fill(name, value)
+        super().__setattr__(name, value)
+
+    def _apply(self, fn, *args, **kwargs):
+        module = super()._apply(fn, *args, **kwargs)
+        for name in self._buffer_values:
+            self._fill(name, self._buffers.get(name))
+        return module
 
     def forward(self, x, position_ids, layer_type=None):
-        if layer_type is None:
-            rope, scaling = self.rope, self.attention_scaling
-        else:
-            rope, scaling = self.ropes[layer_type], self.attention_scaling[layer_type]
+        rope = self._ropes[layer_type]
+        scaling = self.attention_scaling if layer_type is None else self.attention_scaling[layer_type]
+        if x.device.type == "meta" or position_ids.device.type == "meta":
+            shape = tuple(position_ids.shape[-2:] if position_ids.dim() == 3 else position_ids.shape)
+            out = torch.empty(*shape, rope.rotary_dim, dtype=x.dtype, device="meta")
+            return out, out.clone()
         positions = position_ids.detach().cpu()
-        seq_len = None
-        if rope.rope_type in ("dynamic", "longrope") and positions.numel() > 0:
+        inv_freq = self._originals[layer_type]
+        if rope.rope_type in _SEQ_LEN_TYPES and positions.numel() > 0:
             seq_len = int(positions.max()) + 1  # transformers' dynamic_rope_update reads the same
-        inv_freq, _ = rope._frequencies(seq_len, "tokpos.hf rotary")
-        inv_freq = inv_freq.cpu()  # tokpos computes on the CPU; cos and sin then go to x's device
+            inv_freq, _ = rope._frequencies(seq_len, "tokpos.hf rotary")
+            if inv_freq is not self._in_use[layer_type]:
+                self._in_use[layer_type] = inv_freq
+                name = "inv_freq" if layer_type is None else f"{layer_type}_inv_freq"
+                self._fill(name, self._buffers.get(name))
+        # tokpos computes on the CPU; cos and sin then go to x's device
         cos, sin = _model_cos_sin(positions, inv_freq, scaling, rope.mrope_section, rope.mrope_interleaved)
         return cos.to(device=x.device, dtype=x.dtype), sin.to(device=x.device, dtype=x.dtype)
 
@@ -94,12 +210,14 @@ class HFRotary(nn.Module):
         return f"rope_type={self.rope_type!r}, attention_scaling={self.attention_scaling}"
 
 
-def _sources() -> dict:
+def _rotary_sources() -> dict:
     """The source of the rotary code tokpos stands in for: Llama's forward
     (the shared code), Qwen2-VL's and Qwen3-VL's multimodal forwards, and
     the two ways of recomposing their frequencies (Qwen2-VL's sections:
     False, Qwen3-VL's interleaving: True). A transformers without one of
-    those models contributes nothing for it."""
+    those models contributes nothing for it. "changed": for each kind
+    (_kind), the functions HFRotary mirrors for it whose installed source is
+    not the recorded one (_sources.RECORDED)."""
     import importlib
 
     from transformers.models.llama import modeling_llama
@@ -121,6 +239,18 @@ def _sources() -> dict:
             continue
         sources["mrope"].add(_source(rotary, "forward"))
         sources["recompose"][_source(rotary, "recomposition_frequencies")] = interleaved
+    (shared, update, layered, qwen2_forward, qwen2_recompose, qwen3_forward, qwen3_recompose) = _recorded.MIRRORED[
+        FAMILY
+    ][:7]
+    sources["changed"] = {
+        kind: _recorded.differing(FAMILY, paths)
+        for kind, paths in (
+            ("rope", (shared, update)),
+            ("layered", (layered, update)),
+            (("mrope", False), (qwen2_forward, qwen2_recompose, update)),
+            (("mrope", True), (qwen3_forward, qwen3_recompose, update)),
+        )
+    }
     return sources
 
 
@@ -160,47 +290,71 @@ def _kind(module, sources: dict):
     return None
 
 
-def _one(module, kind, layer_type=None):
-    """(RotaryEmbedding, attention_scaling) for module (for one layer type
-    of it), or (None, the reason tokpos cannot stand in for it)."""
+def _their_frequencies(module, layer_type=None):
+    """module's original frequencies (float64, numpy): its buffer, or, for a
+    module on the meta device (a model built for deferred initialisation,
+    whose buffers hold no values yet), what its __init__ computes from its
+    config, computed here on the CPU."""
     prefix = "" if layer_type is None else f"{layer_type}_"
-    try:
-        head_dim, params = _config_rope(module.config, layer_type)
-        mrope = {}
-        if isinstance(kind, tuple):
-            # The module's own section (transformers falls back to a default when the dict has none).
-            mrope = dict(mrope_section=list(module.mrope_section), mrope_interleaved=kind[1])
-        rope = RotaryEmbedding(head_dim, scaling=params, dynamic="longest", **mrope)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        return None, f"its config's rope parameters are not read by tokpos ({e})"
-    original = getattr(module, f"{prefix}original_inv_freq", None)
-    theirs = (original if original is not None else getattr(module, f"{prefix}inv_freq"))
-    theirs = theirs.detach().double().cpu().numpy()
-    ours = rope.inv_freq.numpy()
-    # transformers' frequencies are float32: a few float32 ulps from tokpos's float64 ones.
-    if theirs.shape != ours.shape or not np.allclose(ours, theirs, rtol=1e-5, atol=0):
-        return None, (
-            f"its {theirs.shape[0]} frequencies{'' if layer_type is None else ' for ' + layer_type} are not the "
-            f"{ours.shape[0]} that tokpos reads from its config (rope_type {rope.rope_type!r})"
-        )
-    if rope.rope_type == "dynamic":
-        cached = getattr(module, f"{prefix}max_seq_len_cached", getattr(module, "max_seq_len_cached", None))
-        if cached is not None:
-            rope.seq_len_cached = int(cached)
-    return rope, float(getattr(module, f"{prefix}attention_scaling"))
+    buffer = getattr(module, f"{prefix}original_inv_freq", None)
+    if buffer is None:
+        buffer = getattr(module, f"{prefix}inv_freq")
+    if buffer.device.type != "meta":
+        return buffer.detach().double().cpu().numpy()
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rope_type = module.rope_type if layer_type is None else module.rope_type[layer_type]
+    if rope_type == "default":
+        init = getattr(module, "compute_default_rope_parameters")
+    else:
+        init = ROPE_INIT_FUNCTIONS[rope_type]
+    with torch.device("cpu"):
+        inv_freq, _ = init(module.config) if layer_type is None else init(module.config, layer_type=layer_type)
+    return inv_freq.detach().double().cpu().numpy()
 
 
 def _replacement(module, kind):
-    """The HFRotary for module, or (None, the reason tokpos cannot stand in for it)."""
-    layer_types = list(module.rope_type) if kind == "layered" else [None]
-    ropes, scalings = {}, {}
-    for layer_type in layer_types:
-        rope, scaling = _one(module, kind, layer_type)
-        if rope is None:
-            return None, scaling
-        ropes[layer_type], scalings[layer_type] = rope, scaling
-    rope_type = module.rope_type if kind != "layered" else dict(module.rope_type)
-    return HFRotary(ropes, scalings, rope_type), None
+    """The HFRotary for module (its config, its attention scaling and
+    multimodal section, its dynamic state), or (None, the reason tokpos
+    cannot stand in for it): a config tokpos reads otherwise, or
+    frequencies that are not the module's."""
+    layer_types = sorted(module.rope_type) if kind == "layered" else []
+    prefixes = [f"{t}_" for t in layer_types] or [""]
+    try:
+        if kind == "layered":
+            scaling = {t: float(getattr(module, f"{t}_attention_scaling")) for t in layer_types}
+        else:
+            scaling = float(module.attention_scaling)
+        section = list(module.mrope_section) if isinstance(kind, tuple) else False
+        interleaved = kind[1] if isinstance(kind, tuple) else None
+        device = getattr(module, f"{prefixes[0]}inv_freq").device
+        new = HFRotary(
+            module.config, device, mrope_section=section, mrope_interleaved=interleaved, attention_scaling=scaling
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        return None, f"its config's rope parameters are not read by tokpos ({e})"
+    if new.layer_types != layer_types:
+        return None, f"its layer types {layer_types} are not the {new.layer_types} its config's rope_parameters name"
+    for layer_type, prefix in zip(layer_types or [None], prefixes):
+        rope = new._ropes[layer_type]
+        try:
+            theirs = _their_frequencies(module, layer_type)
+        except (ValueError, KeyError, TypeError, AttributeError, RuntimeError, NotImplementedError) as e:
+            return None, f"its frequencies cannot be computed from its config ({type(e).__name__}: {e})"
+        ours = new._originals[layer_type].numpy()
+        # transformers' frequencies are float32: a few float32 ulps from tokpos's float64 ones.
+        if theirs.shape != ours.shape or not np.allclose(ours, theirs, rtol=1e-5, atol=0):
+            return None, (
+                f"its {theirs.shape[0]} frequencies{'' if layer_type is None else ' for ' + layer_type} are not the "
+                f"{ours.shape[0]} that tokpos reads from its config (rope_type {rope.rope_type!r})"
+            )
+        if rope.rope_type == "dynamic":
+            cached = getattr(module, f"{prefix}max_seq_len_cached", getattr(module, "max_seq_len_cached", None))
+            if cached is not None:
+                rope.seq_len_cached = int(cached)
+                new._in_use[layer_type], _ = rope._frequencies(int(cached), "tokpos.hf rotary")
+                new._fill(f"{prefix}inv_freq", new._buffers.get(f"{prefix}inv_freq"))
+    return new, None
 
 
 # ---- The application: apply_rotary_pos_emb in the attention ----------------------
@@ -211,9 +365,11 @@ _TABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def _function_code(fn):
     """fn's definition as an AST dump without its decorators and docstring
     (the copies of one function in transformers' model files differ only
-    there, and in comments); None when fn has no Python source."""
+    there, and in comments); None when fn has no Python source. A kernels
+    hub layer around a function (_sources.underlying) is read as that
+    function."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(fn))))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(_recorded.underlying(fn)))))
     except (OSError, TypeError, SyntaxError, ValueError):
         return None
     node = tree.body[0] if tree.body else None
@@ -232,17 +388,26 @@ def _application_sources() -> dict:
     elementwise ops give it) and GPT-NeoX's and Phi-3's (the first
     cos.shape[-1] dims rotate, the rest pass through; the result contiguous,
     as torch.cat gives it), each with Llama's rotate_half (pairs i, i + R/2).
-    Each maps to whether its result is contiguous."""
+    Each maps to whether its result is contiguous. "changed": for each,
+    the functions among it and rotate_half whose installed source is not
+    the recorded one (_sources.RECORDED)."""
     from transformers.models.gpt_neox import modeling_gpt_neox
     from transformers.models.llama import modeling_llama
     from transformers.models.phi3 import modeling_phi3
 
-    return {
-        "rotate_half": _function_code(modeling_llama.rotate_half),
-        _function_code(modeling_llama.apply_rotary_pos_emb): False,
-        _function_code(modeling_gpt_neox.apply_rotary_pos_emb): True,
-        _function_code(modeling_phi3.apply_rotary_pos_emb): True,
-    }
+    rotate_half_path, llama_path, neox_path, phi3_path = _recorded.MIRRORED[FAMILY][7:11]
+    sources = {"rotate_half": _function_code(modeling_llama.rotate_half), "changed": {}}
+    for fn, path, contiguous in (
+        (modeling_llama.apply_rotary_pos_emb, llama_path, False),
+        (modeling_gpt_neox.apply_rotary_pos_emb, neox_path, True),
+        (modeling_phi3.apply_rotary_pos_emb, phi3_path, True),
+    ):
+        code = _function_code(fn)
+        sources[code] = contiguous
+        sources["changed"][code] = sources["changed"].get(code, []) + _recorded.differing(
+            FAMILY, (path, rotate_half_path)
+        )
+    return sources
 
 
 def _tokpos_reads(q, k, cos, sin, unsqueeze_dim):
@@ -324,7 +489,9 @@ def _rewrapped(wrapper, inner, new_inner):
 def _attention_forward(module, sources: dict):
     """module's class forward with tokpos's application of cos and sin in
     place of the apply_rotary_pos_emb it calls (its decorators kept), or
-    None when that function is not one tokpos stands in for."""
+    None when that function is not one tokpos stands in for, or a list of
+    the mirrored functions whose sources changed when it is one but the
+    installed source is not the recorded one."""
     chain = [getattr(type(module), "forward", None)]
     while hasattr(chain[-1], "__wrapped__"):
         chain.append(chain[-1].__wrapped__)
@@ -334,9 +501,12 @@ def _attention_forward(module, sources: dict):
     original = inner.__globals__.get("apply_rotary_pos_emb")
     if original is None or _function_code(inner.__globals__.get("rotate_half")) != sources["rotate_half"]:
         return None
-    contiguous = sources.get(_function_code(original))
+    code = _function_code(original)
+    contiguous = sources.get(code)
     if contiguous is None:
         return None
+    if sources["changed"].get(code):
+        return list(sources["changed"][code])
     globals_ = dict(inner.__globals__)
     globals_["apply_rotary_pos_emb"] = _application(original, contiguous)
     new = _function_copy(inner, globals_, inner.__closure__)
@@ -350,23 +520,97 @@ def _attention_forward(module, sources: dict):
     return new
 
 
-def _patch_attention(model) -> list[str]:
-    """Gives each attention module of model that calls a known
-    apply_rotary_pos_emb a forward that applies cos and sin through tokpos
-    (an instance attribute: the class and other models are untouched);
-    returns their names."""
+def _attention_plan(model):
+    """(the attention modules of model given tokpos's application: (name,
+    module, forward), None for one already given it; the mirrored functions
+    whose changed sources keep it from the others)."""
     sources = _application_sources()
-    names = []
+    fused, changed = [], []
     for name, module in model.named_modules():
         if getattr(module.__dict__.get("forward"), "tokpos_application", False):
-            names.append(name)
+            fused.append((name, module, None))
             continue
         forward = _attention_forward(module, sources) if name else None
-        if forward is None:
+        if isinstance(forward, list):
+            changed += [p for p in forward if p not in changed]
+        elif forward is not None:
+            fused.append((name, module, forward))
+    return fused, changed
+
+
+def plan(model, rotary: str = "tokpos") -> _fallback.Plan | None:
+    """What patch does to model (nothing changed yet), or None when model
+    has no rotary module of transformers' shared rotary code (or Qwen2-VL's,
+    Qwen3-VL's or Gemma 3's); RuntimeError when neither the fused patch nor
+    the fallback applies.
+
+    Each rotary module of that code becomes a HFRotary where the rotary
+    code it runs has the recorded sources (rotary="tokpos"), and each
+    attention module that applies cos and sin with Llama's, GPT-NeoX's or
+    Phi-3's apply_rotary_pos_emb gets tokpos's application where that
+    function and rotate_half have the recorded sources. Where a source
+    differs, that part stays the model's own, the model's embed_tokens
+    (plain nn.Embedding modules) become tokpos.torch.Embedding modules, and
+    the warning names what is not fused. Nothing fused and no embedding to
+    replace: RuntimeError."""
+    sources = _rotary_sources()
+    result = _fallback.Plan(FAMILY)
+    rotaries, found = [], False
+    for name, module in list(model.named_modules()):
+        if isinstance(module, HFRotary):
+            found = True
+            result.names.append(name)
             continue
-        module.forward = types.MethodType(forward, module)
-        names.append(name)
-    return names
+        kind = _kind(module, sources) if name else None
+        if kind is None:
+            continue
+        found = True
+        if rotary == "model":
+            continue
+        changed = sources["changed"][kind]
+        if changed:
+            why = _fallback.changed_sources(FAMILY, changed)
+            if not any(what == f"the rotary embedding ({type(module).__name__})" for what, _ in result.unfused):
+                result.unfused.append((f"the rotary embedding ({type(module).__name__})", why))
+            continue
+        rotaries.append((name, module, kind))
+    if not found:
+        return None
+    replacements = []
+    for name, module, kind in rotaries:
+        new, reason = _replacement(module, kind)
+        if new is None:
+            warnings.warn(f"tokpos.hf.patch: {name} ({type(module).__name__}) left as it is: {reason}", stacklevel=3)
+            continue
+        replacements.append((name, new))
+        result.names.append(name)
+    attention, changed = _attention_plan(model)
+    result.names += [name for name, _, _ in attention]
+    if changed:
+        result.unfused.append(("the application of cos and sin to q and k", _fallback.changed_sources(FAMILY, changed)))
+
+    def fuse():
+        for name, new in replacements:
+            parent_name, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent_name), child, new)
+        for _, module, forward in attention:
+            if forward is not None:
+                module.forward = types.MethodType(forward, module)
+
+    result.steps.append(fuse)
+    if result.unfused:
+        for name, module in model.named_modules():
+            if name.rpartition(".")[2] == "embed_tokens" and _fallback.replaceable(module):
+                result.steps.append(_fallback.to_tokpos_embedding(module))
+                result.replaced.append(name)
+                result.names.append(name)
+        if not result.names:
+            raise _fallback.refusal(
+                FAMILY,
+                "; ".join(f"{what}: {why}" for what, why in result.unfused)
+                + ", and the model has no embed_tokens nn.Embedding that tokpos.torch.Embedding can stand in for",
+            )
+    return result
 
 
 def patch(model, rotary: str = "tokpos") -> list[str] | None:
@@ -377,32 +621,12 @@ def patch(model, rotary: str = "tokpos") -> list[str] | None:
     that applies cos and sin with Llama's or GPT-NeoX's apply_rotary_pos_emb
     a forward that applies them through tokpos.apply_rope_tables; returns
     the replaced modules' names (the rotary modules, then the attention
-    modules), or None when model has no such rotary module. A module of that
-    code whose frequencies tokpos would not reproduce (a config it reads
-    differently) is left in place and named in a warning. rotary="model":
-    every rotary module stays the model's own and only the attention
-    modules are given tokpos's application (so the logits are the model's
-    bit for bit)."""
-    sources = _sources()
-    replaced, found = [], False
-    for name, module in list(model.named_modules()):
-        if isinstance(module, HFRotary):
-            found = True
-            replaced.append(name)
-            continue
-        kind = _kind(module, sources) if name else None
-        if kind is None:
-            continue
-        found = True
-        if rotary == "model":
-            continue
-        new, reason = _replacement(module, kind)
-        if new is None:
-            warnings.warn(f"tokpos.hf.patch: {name} ({type(module).__name__}) left as it is: {reason}", stacklevel=2)
-            continue
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, new)
-        replaced.append(name)
-    if not found:
-        return None
-    return replaced + _patch_attention(model)
+    modules, then any embed_tokens of the fallback), or None when model has
+    no such rotary module. A module of that code whose frequencies tokpos
+    would not reproduce (a config it reads differently) is left in place
+    and named in a warning. rotary="model": every rotary module stays the
+    model's own and only the attention modules are given tokpos's
+    application (so the logits are the model's bit for bit). Where the
+    installed transformers' sources differ from the recorded ones: plan."""
+    result = plan(model, rotary)
+    return None if result is None else result.apply()
