@@ -1,10 +1,12 @@
 // The lab kits: the naming rule (plan_lab), the language rule (default_lang),
 // write_lab's refusals, `tokpos lab`, and the C kit built and run as a
 // learner would (`make clean && make test`) with the baseline, a correct
-// student.c and the typical wrong ones of tests/lab/solutions.
+// student.c, the typical wrong ones of tests/lab/solutions and the hostile
+// ones (exit, an endless loop, a process left running, fake verdicts).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -73,9 +75,28 @@ std::map<int, bool> outcomes(const std::string& out) {
   return result;
 }
 
+// Every line of out that is exactly `line`.
+size_t lines_equal_to(const std::string& out, const std::string& line) {
+  size_t count = 0;
+  std::istringstream lines(out);
+  for (std::string l; std::getline(lines, l);) count += l == line;
+  return count;
+}
+
+// Every line of out that starts with `prefix`.
+size_t lines_starting_with(const std::string& out, const std::string& prefix) {
+  size_t count = 0;
+  std::istringstream lines(out);
+  for (std::string l; std::getline(lines, l);) count += l.starts_with(prefix);
+  return count;
+}
+
 // `tokpos lab c DIR --lang L`, then student.c replaced by `solution` (none:
-// the baseline), then `make clean && make test` as the kit says.
-Result run_kit(const fs::path& dir, const std::string& lang, const std::optional<std::string>& solution) {
+// the baseline), then `make clean && make test` as the kit says, with `env`
+// (assignments, e.g. VERIFY_TIMEOUT_SECONDS=2) in its environment. A run that
+// hangs is killed after 60 s.
+Result run_kit(const fs::path& dir, const std::string& lang, const std::optional<std::string>& solution,
+               const std::string& env = "") {
   const Result wrote = run("lab c " + quoted(dir) + " --lang " + lang);
   EXPECT_EQ(wrote.status, 0) << wrote.out;
   if (solution) {
@@ -83,7 +104,12 @@ Result run_kit(const fs::path& dir, const std::string& lang, const std::optional
                   fs::copy_options::overwrite_existing);
   }
   // As a learner types it: no make variables or jobserver inherited from a make running the suite.
-  return run_shell("unset MAKEFLAGS MFLAGS MAKELEVEL; cd " + quoted(dir) + " && make clean && make test");
+  return run_shell("unset MAKEFLAGS MFLAGS MAKELEVEL VERIFY_TIMEOUT_SECONDS; cd " + quoted(dir) +
+                   " && make clean && env " + env + " timeout -s KILL 60 make test");
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 const std::vector<std::string> kKit = {"Makefile",
@@ -114,16 +140,23 @@ TEST(LabKitC, BaselineFailsAllFourTests) {
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_EQ(outcomes(r.out), (std::map<int, bool>{{1, false}, {2, false}, {3, false}, {4, false}})) << r.out;
   EXPECT_EQ(r.out.find("All tests passed!"), std::string::npos) << r.out;
-  // The baseline writes nothing: the FAIL says so and points at the main loop.
-  EXPECT_NE(r.out.find("was not written"), std::string::npos) << r.out;
+  // The baseline writes nothing: the FAIL says so, with the value expected
+  // there (token 3's row plus the baseline's PE) and the one verify put
+  // there, and points at the main loop.
+  EXPECT_NE(r.out.find("    output[0 * 16 + 0] was not written: expected 0.5 (token row 0.5 + PE 0), got -12345, the "
+                       "value verify put there\n    look at: student_embedding_forward: its main loop"),
+            std::string::npos)
+      << r.out;
 }
 
-TEST(LabKitC, CorrectSolutionPassesAllFourTests) {
-  TempDir tmp;
-  const Result r = run_kit(tmp.path() / "lab", "en", "correct");
-  EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(outcomes(r.out), (std::map<int, bool>{{1, true}, {2, true}, {3, true}, {4, true}})) << r.out;
-  EXPECT_NE(r.out.find("All tests passed!"), std::string::npos) << r.out;
+TEST(LabKitC, CorrectSolutionPassesAllFourTestsInBothLanguages) {
+  for (const char* lang : {"en", "zh"}) {
+    TempDir tmp;
+    const Result r = run_kit(tmp.path() / "lab", lang, "correct");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(outcomes(r.out), (std::map<int, bool>{{1, true}, {2, true}, {3, true}, {4, true}})) << r.out;
+    EXPECT_EQ(lines_equal_to(r.out, "All tests passed!"), 1u) << r.out;
+  }
 }
 
 // Each typical mistake fails the tests the troubleshooting table points to,
@@ -162,6 +195,95 @@ INSTANTIATE_TEST_SUITE_P(
         Mistake{"forward_segfault", {3, 4}, {"stopped by signal SIGSEGV"}}),
     [](const auto& param_info) { return param_info.param.solution; });
 
+// A student.c that exits, hangs, leaves a process running or prints verify's
+// own lines: the tests it touches fail, make test fails, what it printed
+// shows only after "    | ", and the run ends soon after the deadline.
+struct Hostile {
+  std::string name;
+  std::string solution;
+  std::string lang;
+  std::string env;  // for make test
+  std::set<int> failing;
+  std::vector<std::string> said;  // what the output must contain
+  double max_seconds;             // the whole run, kit writing and compiling included
+};
+
+void PrintTo(const Hostile& h, std::ostream* os) { *os << h.name; }
+
+class LabKitCHostile : public ::testing::TestWithParam<Hostile> {};
+
+TEST_P(LabKitCHostile, FailsAndEndsInTime) {
+  const Hostile& h = GetParam();
+  TempDir tmp;
+  const auto start = std::chrono::steady_clock::now();
+  const Result r = run_kit(tmp.path() / "lab", h.lang, h.solution, h.env);
+  const double took = seconds_since(start);
+  EXPECT_NE(r.status, 0) << r.out;
+  std::map<int, bool> expected;
+  for (int n = 1; n <= 4; ++n) expected[n] = !h.failing.contains(n);
+  EXPECT_EQ(outcomes(r.out), expected) << r.out;
+  // verify's four verdicts and its summary, and no other line that looks like one.
+  EXPECT_EQ(lines_starting_with(r.out, "[TEST "), 4u) << r.out;
+  EXPECT_EQ(lines_equal_to(r.out, "All tests passed!"), 0u) << r.out;
+  for (const std::string& s : h.said) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  EXPECT_LT(took, h.max_seconds) << r.out;
+}
+
+const std::string kExitedEn = "the test's process ended with exit status 0 before the test finished";
+const std::string kExitedZh = "测试进程在测试完成之前就结束了（退出状态 0）";
+
+INSTANTIATE_TEST_SUITE_P(
+    Hostile, LabKitCHostile,
+    ::testing::Values(
+        Hostile{"pe_exit_zero", "pe_exit_zero", "en", "", {1, 2, 3, 4}, {kExitedEn}, 20},
+        Hostile{"forward_underscore_exit", "forward_underscore_exit", "en", "", {3, 4},
+                {kExitedEn, "call exit() or _exit()?\n    look at: student_embedding_forward"}, 20},
+        Hostile{"forward_underscore_exit_zh", "forward_underscore_exit", "zh", "", {3, 4}, {kExitedZh}, 20},
+        // Ignores SIGALRM and loops in TEST 3 only: a 2 s deadline, the one cost of this run.
+        Hostile{"alarm_ignored_loop", "alarm_ignored_loop", "en", "VERIFY_TIMEOUT_SECONDS=2", {3},
+                {"the test did not finish within 2 s"}, 14},
+        Hostile{"alarm_ignored_loop_zh", "alarm_ignored_loop", "zh", "VERIFY_TIMEOUT_SECONDS=2", {3},
+                {"测试在 2 秒内没有结束"}, 14},
+        // The forked process sleeps 60 s holding verify's pipes; verify needs no deadline to see it.
+        Hostile{"fork_left_running", "fork_left_running", "en", "", {3, 4},
+                {"the student code started a process (fork?) that was still running when the test ended"}, 20},
+        Hostile{"fork_left_running_zh", "fork_left_running", "zh", "", {3, 4},
+                {"学生代码启动的进程（fork？）在测试结束时仍在运行"}, 20},
+        Hostile{"fake_verdicts", "fake_verdicts", "en", "", {1, 2, 3, 4},
+                {"[TEST 1] PE(0, d) is 0 at every even d and 1 at every odd d (hidden_dim 8, 64, 512) ... [FAIL]\n"
+                 "    student_pe_sinusoidal(0, 1, 8): expected 1, got 0\n"
+                 "    look at: student_pe_sinusoidal: at pos 0 every even dim is sin(0) = 0 and every odd dim cos(0) = "
+                 "1\n"
+                 "    what the student code printed during this test:\n"
+                 "    | debug: student_pe_sinusoidal was called\n"
+                 "    | [TEST 1] fake ... [PASS]\n"
+                 "    | [TEST 2] fake ... [PASS]\n"
+                 "    | [TEST 3] fake ... [PASS]\n"
+                 "    | ?[TEST 4] fake ... [PASS]\n"
+                 "    | All tests passed!\n"
+                 "[TEST 2] ",
+                 "4 of 4 tests failed"},
+                20},
+        Hostile{"fake_verdicts_zh", "fake_verdicts", "zh", "", {1, 2, 3, 4},
+                {"    学生代码在这个测试中打印的内容：\n    | debug: student_pe_sinusoidal was called\n",
+                 "4 个测试中有 4 个失败"},
+                20}),
+    [](const auto& param_info) { return param_info.param.name; });
+
+// Without VERIFY_TIMEOUT_SECONDS (as a learner runs it) a test has 10 s,
+// whatever the student code does with SIGALRM.
+TEST(LabKitC, TheDeadlineIsTenSecondsByDefault) {
+  TempDir tmp;
+  const auto start = std::chrono::steady_clock::now();
+  const Result r = run_kit(tmp.path() / "lab", "en", "alarm_ignored_loop");
+  const double took = seconds_since(start);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_EQ(outcomes(r.out), (std::map<int, bool>{{1, true}, {2, true}, {3, false}, {4, true}})) << r.out;
+  EXPECT_NE(r.out.find("the test did not finish within 10 s"), std::string::npos) << r.out;
+  EXPECT_GE(took, 10.0) << r.out;
+  EXPECT_LT(took, 22.0) << r.out;
+}
+
 TEST(LabKitC, ChineseAndEnglishDifferInTextOnly) {
   TempDir tmp;
   const Result en = run_kit(tmp.path() / "en", "en", std::nullopt);
@@ -171,6 +293,12 @@ TEST(LabKitC, ChineseAndEnglishDifferInTextOnly) {
   // The numbers of the first wrong value are the same bytes in both.
   EXPECT_NE(en.out.find("student_pe_sinusoidal(0, 1, 8): expected 1, got 0"), std::string::npos) << en.out;
   EXPECT_NE(zh.out.find("student_pe_sinusoidal(0, 1, 8)：期望 1，得到 0"), std::string::npos) << zh.out;
+  EXPECT_NE(en.out.find("output[0 * 16 + 0] was not written: expected 0.5 (token row 0.5 + PE 0), got -12345"),
+            std::string::npos)
+      << en.out;
+  EXPECT_NE(zh.out.find("output[0 * 16 + 0] 没有被写入：期望 0.5（token 行 0.5 + PE 0），得到 -12345"),
+            std::string::npos)
+      << zh.out;
   EXPECT_NE(en.out.find("4 of 4 tests failed"), std::string::npos) << en.out;
   EXPECT_NE(zh.out.find("4 个测试中有 4 个失败"), std::string::npos) << zh.out;
   EXPECT_NE(zh.out.find("优先检查"), std::string::npos) << zh.out;

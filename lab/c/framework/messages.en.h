@@ -9,12 +9,16 @@
 
 #define MSG_GOT "%s: expected %.7g, got %.7g"
 #define MSG_SAME_ROWS "rows %d and %d hold the same values although the positions differ"
-#define MSG_NOT_WRITTEN "output[%d] was not written (it still holds the value verify put there)"
+#define MSG_NOT_WRITTEN "%s was not written: expected %.7g (token row %.7g + PE %.7g), got %.7g, the value verify put there"
 #define MSG_RETURNED "%s returned %d, expected %d"
 #define MSG_TOUCHED "%s changed output[%d] although it must write nothing"
 #define MSG_SIGNAL "the test was stopped by signal %s: a crash in the student code"
 #define MSG_TIMEOUT "the test did not finish within %d s (an endless loop?)"
 #define MSG_NO_CHILD "could not start the test in a child process"
+#define MSG_EXITED "the test's process ended with exit status %d before the test finished: does the student code call exit() or _exit()?"
+#define MSG_LEFT_RUNNING "the student code started a process (fork?) that was still running when the test ended; verify stopped it"
+#define MSG_PRINTED "what the student code printed during this test:"
+#define MSG_NOT_SHOWN "... and %lu more bytes, not shown"
 
 #define MSG_LOOK "look at: "
 #define MSG_LOOK1 "student_pe_sinusoidal: at pos 0 every even dim is sin(0) = 0 and every odd dim cos(0) = 1"

@@ -9,12 +9,16 @@
 
 #define MSG_GOT "%s：期望 %.7g，得到 %.7g"
 #define MSG_SAME_ROWS "第 %d 行和第 %d 行的值相同，但它们的位置不同"
-#define MSG_NOT_WRITTEN "output[%d] 没有被写入（仍是 verify 预先放进去的值）"
+#define MSG_NOT_WRITTEN "%s 没有被写入：期望 %.7g（token 行 %.7g + PE %.7g），得到 %.7g，即 verify 预先放进去的值"
 #define MSG_RETURNED "%s 返回了 %d，期望 %d"
 #define MSG_TOUCHED "%s 改动了 output[%d]，但此时它应当什么也不写"
 #define MSG_SIGNAL "测试被信号 %s 终止（学生代码崩溃了）"
 #define MSG_TIMEOUT "测试在 %d 秒内没有结束（是不是死循环？）"
 #define MSG_NO_CHILD "无法在子进程中启动测试"
+#define MSG_EXITED "测试进程在测试完成之前就结束了（退出状态 %d）：学生代码是否调用了 exit() 或 _exit()？"
+#define MSG_LEFT_RUNNING "学生代码启动的进程（fork？）在测试结束时仍在运行；verify 已将其终止"
+#define MSG_PRINTED "学生代码在这个测试中打印的内容："
+#define MSG_NOT_SHOWN "……另有 %lu 字节未显示"
 
 #define MSG_LOOK "优先检查："
 #define MSG_LOOK1 "student_pe_sinusoidal：pos = 0 时偶数维是 sin(0) = 0，奇数维是 cos(0) = 1"
