@@ -213,6 +213,13 @@ def compose_backward(d_out, ids, *, d_token_table=None, d_pos_table=None, positi
     and the order of the additions is fixed: the result is bitwise identical
     for any thread count. float32 gradients and d_out, or all float64 (a
     float64 lookup's, added in double)."""
+    if hasattr(d_token_table, "ggml_type"):  # a QuantizedTable or a GGUF file's tensor: raw blocks
+        kind = getattr(d_token_table, "type", None) or "block"
+        raise ValueError(
+            f"tokpos.compose_backward: d_token_table is a {kind} table (ggml_type {d_token_table.ggml_type}): "
+            "the backward is defined for float tables only (a float32 or float64 (V, D) gradient), not for ggml "
+            "block types; dequantize the table to float32 to train it"
+        )
     d_out = _array(d_out, "d_out")
     ids = _array(ids, "ids", index=True)
     position_ids = _array(position_ids, "position_ids", index=True)

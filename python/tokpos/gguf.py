@@ -2,9 +2,13 @@
 validates all of it first (the C++ reader, tokpos/gguf.h: counts, strings,
 value types, alignment, every tensor's dims, type, blocks and data range,
 unique names and keys; a bad file is an OSError naming the file, the byte
-offset, the field, the value and its limit). Tensor data is a read-only
-uint8 view of the mapping, never copied, and a tensor goes straight to
-tokpos.compose as its token table:
+offset, the field, the value and its limit). Keys, string values and tensor
+names are str: the file's bytes decoded as UTF-8, each byte that is not
+UTF-8 written \\xNN (errors="backslashreplace"), the same text as the C++
+reader's gguf_text and `tokpos inspect --json`. Tensor data is a read-only
+uint8 view of the mapping (an f32, f16 or bf16 tensor that the file's
+general.alignment leaves unaligned for its elements is copied to aligned
+memory), and a tensor goes straight to tokpos.compose as its token table:
 
     f = tokpos.GgufFile("model.gguf")
     out = tokpos.compose(ids, f.tensor("token_embd.weight"))   # (B, T, D) float32
@@ -28,7 +32,8 @@ class GgufTensor:
     (ne[0], the row length, first); shape in numpy's order (rows first: a
     token table is (V, D)); nbytes; offset (where its data starts in the
     file); data, its bytes as a read-only (rows, row_bytes) uint8 array over
-    the mapping (it keeps the mapping alive). tokpos.compose takes it as a
+    the mapping (it keeps the mapping alive; an aligned copy for f32, f16 or
+    bf16 data the file's alignment leaves unaligned). tokpos.compose takes it as a
     token table (the types a QuantizedTable takes)."""
 
     __slots__ = ("name", "ggml_type", "type", "dims", "shape", "nbytes", "offset", "data")
@@ -66,9 +71,11 @@ class GgufFile:
     alignment, metadata (key -> value in the file's order: int, float, bool,
     str, or a list of them, nested for arrays of arrays), metadata_types (key
     -> GGUF type name, "ARRAY[STRING]" for an array), tensors (name ->
-    GgufTensor, in the file's order). tensor(name) is one tensor; a name the
-    file lacks is a ValueError listing some it has. The file must not be
-    truncated while mapped (the OS then kills the process with SIGBUS)."""
+    GgufTensor, in the file's order). Keys, strings and names that are not
+    UTF-8 come with those bytes as \\xNN (backslashreplace). tensor(name)
+    is one tensor; a name the file lacks is a ValueError listing some it
+    has. The file must not be truncated while mapped (the OS then kills the
+    process with SIGBUS)."""
 
     def __init__(self, path):
         self._file = _core.GgufFile.open(os.fspath(path))
@@ -81,9 +88,10 @@ class GgufFile:
             self.metadata[key] = value
             self.metadata_types[key] = type_
         self.tensors = {}
-        for name, ggml_type, dims, offset, nbytes in self._file.tensors():
+        for i, (name, ggml_type, dims, offset, nbytes) in enumerate(self._file.tensors()):
             self.tensors[name] = GgufTensor(
-                name, ggml_type, _TYPES.get(ggml_type, ("?",))[0], dims, offset, nbytes, self._file.tensor_data(name)
+                name, ggml_type, _TYPES.get(ggml_type, ("?",))[0], dims, offset, nbytes,
+                self._file.tensor_data_at(i),
             )
 
     def tensor(self, name: str) -> GgufTensor:

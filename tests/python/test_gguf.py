@@ -168,3 +168,108 @@ def test_bad_files_are_refused_by_name(tmp_path):
         f.tensor("output.weight")
     with pytest.raises(IndexError, match=r"token id 16 .* outside \[0, 16\)"):
         tokpos.compose(np.array([[16]]), f.tensor("token_embd.weight"))
+
+
+def gguf_bytes(strings, tensors, alignment=32, shift=0):
+    """A GGUF v3 file built here byte by byte: STRING key/values given as
+    bytes, then f32 tensors (name bytes, (rows, D) float32 array), each at the
+    next multiple of `alignment` (`shift` bytes further for the first)."""
+    import struct
+
+    def s(b):
+        return struct.pack("<Q", len(b)) + b
+
+    kvs = [s(k) + struct.pack("<I", 8) + s(v) for k, v in strings]
+    if alignment != 32:
+        kvs.append(s(b"general.alignment") + struct.pack("<II", 4, alignment))
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
+    offsets, at = [], shift
+    for _, a in tensors:
+        offsets.append(at)
+        at = -(-(at + a.nbytes) // alignment) * alignment
+    for (name, a), off in zip(tensors, offsets):
+        rows, dim = a.shape
+        out += s(name) + struct.pack("<IQQIQ", 2, dim, rows, 0, off)
+    out += b"\0" * (-len(out) % alignment)
+    data = bytearray()
+    for (_, a), off in zip(tensors, offsets):
+        data += b"\0" * (off - len(data)) + np.ascontiguousarray(a, np.float32).tobytes()
+    return out + bytes(data)
+
+
+KEY = b"evil.\xff\x1b]0;title\x07"
+VALUE = b"v\xc3(\x1b[31mred\r\0nul"
+NAME = b"tok\xfe"
+
+
+def test_bytes_that_are_not_utf8_read_as_backslashreplace(tmp_path):
+    """The rule of tokpos/gguf.h: valid UTF-8 as it is, each other byte as
+    \\xNN: no UnicodeDecodeError, no U+FFFD, the same text as the CLI's JSON."""
+    wte = np.arange(12, dtype=np.float32).reshape(3, 4)
+    path = tmp_path / "bytes.gguf"
+    path.write_bytes(gguf_bytes([(b"general.architecture", b"llama"), (KEY, VALUE), (b"list", b"x")],
+                                [(b"token_embd.weight", wte), (NAME, wte[:1] * 2)]))
+    f = tokpos.GgufFile(path)
+    key = KEY.decode("utf-8", "backslashreplace")
+    assert key == "evil.\\xff\x1b]0;title\x07"
+    assert list(f.metadata) == ["general.architecture", key, "list"]
+    assert f.metadata[key] == VALUE.decode("utf-8", "backslashreplace") == "v\\xc3(\x1b[31mred\r\0nul"
+    assert "\ufffd" not in f.metadata[key]
+    name = NAME.decode("utf-8", "backslashreplace")
+    assert list(f.tensors) == ["token_embd.weight", name]
+    np.testing.assert_array_equal(f.tensor(name).numpy(), wte[:1] * 2)
+    np.testing.assert_array_equal(tokpos.compose([[2, 0]], f.tensor("token_embd.weight"))[0], wte[[2, 0]])
+    if os.environ.get("TOKPOS_CLI"):
+        import json
+        import subprocess
+
+        r = subprocess.run([os.environ["TOKPOS_CLI"], "inspect", "--json", str(path)], capture_output=True)
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        assert list(j["metadata"]) == list(f.metadata)
+        assert [j["metadata"][k]["value"] for k in j["metadata"]] == list(f.metadata.values())
+        assert [t["name"] for t in j["tensors"]] == list(f.tensors)
+
+
+def test_names_that_read_as_the_same_text_are_an_oserror_naming_the_file_and_offset(tmp_path):
+    wte = np.zeros((2, 4), np.float32)
+    path = tmp_path / "twins.gguf"
+    path.write_bytes(gguf_bytes([(b"a\xff", b"1"), (b"a\\xff", b"2")], [(b"t", wte)]))
+    with pytest.raises(OSError, match=r"twins\.gguf: at byte 47: key 'a\\xff' reads as 'a\\xff'.* as kv 0 does"):
+        tokpos.GgufFile(path)
+    path.write_bytes(gguf_bytes([], [(b"w\\xff", wte), (b"w\xff", wte)]))
+    with pytest.raises(OSError, match=r"twins\.gguf: at byte \d+: tensor name 'w\\xff' reads as 'w\\xff'"):
+        tokpos.GgufFile(path)
+
+
+@pytest.mark.parametrize("shift", [0, 1, 2, 3])
+def test_f32_tables_the_alignment_leaves_unaligned_compose(tmp_path, shift):
+    """general.alignment 1 may leave an f32 table at an odd address: its data
+    is then an aligned copy, and compose reads it as numpy() does."""
+    wte = np.random.default_rng(shift).standard_normal((5, 4)).astype(np.float32)
+    path = tmp_path / "align1.gguf"
+    path.write_bytes(gguf_bytes([(b"general.architecture", b"llama")], [(b"token_embd.weight", wte)], 1, shift))
+    f = tokpos.GgufFile(path)
+    assert f.alignment == 1
+    t = f.tensor("token_embd.weight")
+    assert t.data.ctypes.data % 4 == 0
+    np.testing.assert_array_equal(t.numpy(), wte)
+    np.testing.assert_array_equal(tokpos.compose([[4, 0, 2]], t)[0], wte[[4, 0, 2]])
+
+
+def test_the_backward_of_a_block_table_names_its_type():
+    f = tokpos.GgufFile(DATA / "token_embd_q8_0.gguf")
+    table = f.tensor("token_embd.weight")
+    d_out = np.ones((1, 2, table.shape[1]), np.float32)
+    for t in (table, tokpos.QuantizedTable(table.data, "q8_0")):
+        with pytest.raises(ValueError, match=r"d_token_table is a q8_0 table \(ggml_type 8\): the backward is "
+                                             r"defined for float tables only"):
+            tokpos.compose_backward(d_out, [[0, 1]], d_token_table=t)
+
+
+@pytest.mark.parametrize("n", [0, 3])
+def test_files_too_short_for_a_magic_are_named_as_gguf(tmp_path, n):
+    path = tmp_path / "short.gguf"
+    path.write_bytes(b"GGU"[:n])
+    with pytest.raises(OSError, match=rf"short\.gguf: at byte 0: magic needs 4 bytes but the file ends at byte {n}"):
+        tokpos.GgufFile(path)
