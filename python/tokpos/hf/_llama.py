@@ -264,8 +264,12 @@ def _code(source: str) -> str:
 
 def _source(cls, name: str):
     fn = getattr(cls, name, None)
+    return None if fn is None else _recorded._cached(_source_code, fn)
+
+
+def _source_code(fn):
     try:
-        return None if fn is None else _code(inspect.getsource(fn))
+        return _code(inspect.getsource(fn))
     except (OSError, TypeError):
         return None
 
@@ -368,8 +372,13 @@ def _function_code(fn):
     there, and in comments); None when fn has no Python source. A kernels
     hub layer around a function (_sources.underlying) is read as that
     function."""
+    fn = _recorded.underlying(fn)
+    return None if fn is None else _recorded._cached(_function_dump, fn)
+
+
+def _function_dump(fn):
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(_recorded.underlying(fn)))))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(fn))))
     except (OSError, TypeError, SyntaxError, ValueError):
         return None
     node = tree.body[0] if tree.body else None

@@ -143,11 +143,32 @@ def fingerprint(fn) -> str | None:
     fn = underlying(fn)
     if fn is None:
         return None
+    return _cached(_fingerprint, fn)
+
+
+def _fingerprint(fn) -> str | None:
     try:
         source = inspect.getsource(fn)
         return hashlib.sha256(normalised_source(source).encode()).hexdigest()[:16]
     except (OSError, TypeError, SyntaxError, ValueError, tokenize.TokenError):
         return None
+
+
+_CACHE: dict = {}
+
+
+def _cached(compute, fn):
+    """compute(fn), computed once per function object (and code object: a
+    function whose __code__ is replaced is read again). Reading a source
+    costs milliseconds, and patch reads the same ones for every model."""
+    try:
+        key = (compute, fn, getattr(fn, "__code__", None))
+        hash(key)
+    except TypeError:
+        return compute(fn)
+    if key not in _CACHE:
+        _CACHE[key] = compute(fn)
+    return _CACHE[key]
 
 
 def resolve(path: str):
