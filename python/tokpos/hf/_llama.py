@@ -18,6 +18,14 @@ The multimodal rotary of Qwen2-VL's text model (and of the models that run
 its code, Qwen2.5-VL) and Qwen3-VL's interleaved one take (3, B, T)
 position ids; their HFRotary returns tokpos.mrope_cos_sin with the module's
 own mrope_section.
+
+The rotary replacement applies where the installed rotary code (the
+module's forward and dynamic_rope_update) has the recorded source, and the
+application of cos and sin where apply_rotary_pos_emb and rotate_half do
+(_sources.RECORDED); what does not stays the model's own, embed_tokens
+becomes a tokpos.torch.Embedding, and a warning says what is not fused
+(plan). A model built on the meta device is patched as any other: the
+check of its frequencies computes them from its config on the CPU.
 """
 
 from __future__ import annotations
