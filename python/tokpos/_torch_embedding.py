@@ -8,7 +8,9 @@ isinstance(m, nn.Embedding) are torch's own. forward is embedding(), the
 functional form, which runs tokpos's lookup and backward for CPU tables of
 float64, float32, bfloat16 and float16 with int32 or int64 ids of any shape,
 and hands everything else (another device, meta included, an integer
-table) to torch.nn.functional.embedding on that device.
+table) to torch.nn.functional.embedding on that device (meta ids with a CPU
+table: on the meta device, so the result is a meta tensor, where torch's
+own lookup returns an uninitialised CPU tensor).
 
 Autograd goes through two autograd.Functions, each with backward, jvp and
 vmap: _Lookup (the table's rows at ids, by the tokpos::compose operator)
@@ -25,10 +27,10 @@ from typing import Optional
 
 import torch
 from torch import Tensor, nn
-from torch.autograd import forward_ad
 from torch.nn import functional as F
 
-from ._torch_ops import _compose_backward_op, _compose_op, compose_kernel
+from ._torch_ops import _compose_backward_op, _compose_op, compose_kernel, direct
+from ._torch_ops import transformed as _transformed_any
 
 TABLE_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -67,15 +69,15 @@ def transformed(weight: Tensor, ids: Tensor) -> bool:
     torch.func wrapper (grad, jvp, vmap): the modes that only _Lookup serves
     (a custom operator's registered autograd has neither a jvp nor the
     functorch support of an autograd.Function)."""
-    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-    return forward_ad._current_level >= 0 or wrapped(weight) or wrapped(ids)
+    return _transformed_any(weight, ids)
 
 
 def _plain(weight: Tensor, ids: Tensor) -> bool:
-    """True when nothing records or transforms the call: no autograd on the
-    table and not transformed. Then the kernel runs directly (the inference
-    fast path)."""
-    return not ((torch.is_grad_enabled() and weight.requires_grad) or transformed(weight, ids))
+    """True when nothing records, transforms or fakes the call: plain CPU
+    tensors (not fake, no dispatch mode, not transformed) and no autograd on
+    the table. Then the kernel runs directly (the inference fast path);
+    otherwise _Lookup, whose op serves fake tensors by its fake kernel."""
+    return direct(weight, ids) and not (torch.is_grad_enabled() and weight.requires_grad)
 
 
 def _row_scale(ids: Tensor, num_weights: int, dtype: torch.dtype) -> Tensor:
@@ -253,6 +255,10 @@ def embedding(
     torch.nn.functional.embedding itself. max_norm renormalises the looked-up
     rows of weight in place first (torch.embedding_renorm_, without grad)."""
     if not _served(input, weight):
+        if input.device.type == "meta" and weight.device.type == "cpu":
+            # torch's lookup would return an uninitialised CPU tensor here;
+            # meta ids give the meta result of a meta table (no data read).
+            weight = weight.to("meta")
         return F.embedding(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)
     padding_idx = _padding_index(padding_idx, weight.size(0))
     if max_norm is not None:

@@ -18,9 +18,12 @@ from ._arrays import UINT64_MAX as _UINT64_MAX
 from ._arrays import count as _count
 from ._arrays import real as _real
 from ._torch_embedding import embedding as _embedding
-from ._torch_embedding import transformed as _transformed
 from ._torch_ops import F32 as _F32
 from ._torch_ops import compose as _compose
+from ._torch_ops import has_data as _has_data
+from ._torch_ops import transformed as _transformed
+
+_TABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 def check_int(name: str, value, minimum: int, maximum: int = _INT64_MAX) -> int:
@@ -42,10 +45,27 @@ def _table(module: nn.Module) -> Tensor:
     return weight if weight is not None else module._buffers["weight"]
 
 
-def _draw(rows: int, dim: int, seed: int, stream: int, init_std: float, where: str) -> Tensor:
-    """A (rows, dim) float32 CPU table from N(0, init_std^2); the core checks
-    init_std as the C++ modules do (finite and >= 0), before it draws."""
-    t = torch.empty((rows, dim), dtype=_F32, device="cpu")
+def table_dtype(dtype, where: str) -> torch.dtype:
+    """A module's table dtype: float32 by default, or one the kernels take."""
+    if dtype is None:
+        return _F32
+    if dtype not in _TABLE_DTYPES:
+        raise ValueError(f"{where}: dtype {dtype} is not float32, bfloat16, float16 or float64")
+    return dtype
+
+
+def _draw_into(weight: Tensor, seed: int, stream: int, init_std: float, where: str) -> Optional[Tensor]:
+    """A float32 CPU table of weight's shape from N(0, init_std^2), or None
+    when weight has no values to receive (a meta or fake tensor: a module
+    built under FakeTensorMode or on the meta device is its shapes alone,
+    and its values come later, from load_state_dict or a reset_parameters
+    after to_empty). The core checks init_std as the C++ modules do (finite
+    and >= 0), before it draws."""
+    if not _has_data(weight):
+        return None
+    t = torch.empty(tuple(weight.shape), dtype=_F32, device="cpu")
+    if not _has_data(t):  # a fake mode around a real module: nothing real to draw into
+        return None
     _core.init_table(t, seed, stream, init_std, 0, where)
     return t
 
@@ -63,7 +83,14 @@ class TokenEmbedding(nn.Module):
     (torch.nn.Embedding's sparse=True; not supported under torch.compile).
     An id outside [0, V) raises IndexError naming the id, its (b, t) and V.
     On a device tokpos has no kernels for (CUDA, MPS, meta) the lookup is
-    torch.nn.functional.embedding on that device, as for tokpos.torch.Embedding.
+    torch.nn.functional.embedding on that device, as for tokpos.torch.Embedding;
+    a CPU table with meta ids gives a meta result.
+
+    device and dtype are torch.nn.Embedding's factory arguments: the table's
+    device (device="meta", or torch.device("meta") as a context, builds the
+    module from shapes alone, as deferred initialisation does; so does
+    FakeTensorMode) and dtype (float32 by default, or bfloat16, float16,
+    float64: drawn in float32 and rounded once).
     """
 
     __module__ = "tokpos.torch"  # pickles and reprs name the public module
@@ -77,6 +104,8 @@ class TokenEmbedding(nn.Module):
         seed: int = 0,
         init_std: float = 0.02,
         sparse: bool = False,
+        device=None,
+        dtype=None,
     ) -> None:
         super().__init__()
         vocab_size = check_int("vocab_size", vocab_size, 1)
@@ -84,7 +113,8 @@ class TokenEmbedding(nn.Module):
         self.seed = check_seed(seed)
         self.init_std = _real("init_std", init_std)
         self._setup(vocab_size, dim, padding_idx, sparse)
-        self.weight = nn.Parameter(torch.empty((vocab_size, dim), dtype=_F32))
+        dtype = table_dtype(dtype, "tokpos.torch.TokenEmbedding")
+        self.weight = nn.Parameter(torch.empty((vocab_size, dim), dtype=dtype, device=device))
         self.reset_parameters()
 
     def _setup(self, vocab_size: int, dim: int, padding_idx: Optional[int], sparse: bool) -> None:
@@ -100,12 +130,14 @@ class TokenEmbedding(nn.Module):
         self.sparse = bool(sparse)
 
     def reset_parameters(self) -> None:
-        """Redraws weight from (seed, TOKEN_TABLE_STREAM) and zeroes the padding row."""
+        """Redraws weight from (seed, TOKEN_TABLE_STREAM) and zeroes the
+        padding row; a meta or fake weight (shapes alone) is left as it is."""
         with torch.no_grad():
-            table = _draw(
-                self.vocab_size, self.dim, self.seed, _core.TOKEN_TABLE_STREAM, self.init_std,
-                "tokpos.torch.TokenEmbedding",
+            table = _draw_into(
+                self.weight, self.seed, _core.TOKEN_TABLE_STREAM, self.init_std, "tokpos.torch.TokenEmbedding"
             )
+            if table is None:
+                return
             if self.padding_idx is not None:
                 table[self.padding_idx].zero_()
             self.weight.copy_(table)
@@ -131,10 +163,13 @@ class TokenEmbedding(nn.Module):
     def forward(self, ids: Tensor) -> Tensor:
         """ids (B, T) -> (B, T, D); ids (N) -> (N, D)."""
         pad = -1 if self.padding_idx is None else self.padding_idx
-        weight = self.weight if torch.compiler.is_compiling() else _table(self)
-        # forward-mode AD and torch.func: Embedding's lookup, the same kernels;
-        # another device (CUDA, MPS, meta): torch.nn.functional.embedding there.
-        if weight.device.type != "cpu" or ids.device.type != "cpu" or _transformed(weight, ids):
+        compiling = torch.compiler.is_compiling()
+        weight = self.weight if compiling else _table(self)
+        # forward-mode AD and torch.func (checked eagerly: Dynamo does not
+        # trace the check): Embedding's lookup, the same kernels; another
+        # device (CUDA, MPS, meta): torch.nn.functional.embedding there (a CPU
+        # table with meta ids: the meta result of a meta table).
+        if weight.device.type != "cpu" or ids.device.type != "cpu" or (not compiling and _transformed(weight, ids)):
             return _embedding(ids, weight, self.padding_idx, sparse=self.sparse)
         return _compose(ids, weight, None, None, 0, pad, self.sparse, "tokpos.torch.TokenEmbedding")
 
@@ -165,13 +200,16 @@ class PositionalEmbedding(nn.Module):
         # The table is the kernel's position table, so its range check and
         # its words are the positions' own. The token side is one row of
         # -0.0, the exact identity of float addition: out is the table's rows
-        # bit for bit (and its gradient the table's alone).
-        zero_row = torch.full((1, weight.shape[-1]), -0.0, dtype=weight.dtype)
+        # bit for bit (and its gradient the table's alone). Both are made on
+        # the table's device (a meta table gives a meta result), so a
+        # torch.device context around a CPU module does not move them.
+        zero_row = torch.full((1, weight.shape[-1]), -0.0, dtype=weight.dtype, device=weight.device)
         if not isinstance(positions, Tensor):
             T = check_int("seq_len", positions, 0)
             start = check_int("start", start, 0)
-            return _compose(torch.zeros(T, dtype=torch.int64), zero_row, weight, None, start, -1, False, where)
-        ids = torch.zeros(positions.shape, dtype=torch.int64)
+            ids = torch.zeros(T, dtype=torch.int64, device=weight.device)
+            return _compose(ids, zero_row, weight, None, start, -1, False, where)
+        ids = torch.zeros(positions.shape, dtype=torch.int64, device=weight.device)
         return _compose(ids, zero_row, weight, positions, 0, -1, False, where)
 
     def extra_repr(self) -> str:
@@ -183,28 +221,33 @@ class LearnedPositionalEmbedding(PositionalEmbedding):
 
     weight is drawn from N(0, init_std^2) by tokpos's documented Philox
     generator (stream POSITION_TABLE_STREAM): the same seed gives the same
-    table as the C++ tokpos::LearnedPositionalEmbedding."""
+    table as the C++ tokpos::LearnedPositionalEmbedding. device and dtype
+    as TokenEmbedding's (device="meta" builds it from shapes alone)."""
 
     __module__ = "tokpos.torch"  # pickles and reprs name the public module
 
-    def __init__(self, max_context_length: int, dim: int, *, seed: int = 0, init_std: float = 0.02) -> None:
+    def __init__(
+        self, max_context_length: int, dim: int, *, seed: int = 0, init_std: float = 0.02, device=None, dtype=None
+    ) -> None:
         super().__init__()
         self.max_context_length = check_int("max_context_length", max_context_length, 1)
         self.dim = check_int("dim", dim, 1)
         self.seed = check_seed(seed)
         self.init_std = _real("init_std", init_std)
-        self.weight = nn.Parameter(torch.empty((self.max_context_length, self.dim), dtype=_F32))
+        dtype = table_dtype(dtype, "tokpos.torch.LearnedPositionalEmbedding")
+        self.weight = nn.Parameter(torch.empty((self.max_context_length, self.dim), dtype=dtype, device=device))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Redraws weight from (seed, POSITION_TABLE_STREAM)."""
+        """Redraws weight from (seed, POSITION_TABLE_STREAM); a meta or fake
+        weight (shapes alone) is left as it is."""
         with torch.no_grad():
-            self.weight.copy_(
-                _draw(
-                    self.max_context_length, self.dim, self.seed, _core.POSITION_TABLE_STREAM, self.init_std,
-                    "tokpos.torch.LearnedPositionalEmbedding",
-                )
+            table = _draw_into(
+                self.weight, self.seed, _core.POSITION_TABLE_STREAM, self.init_std,
+                "tokpos.torch.LearnedPositionalEmbedding",
             )
+            if table is not None:
+                self.weight.copy_(table)
 
 
 class SinusoidalPositionalEmbedding(PositionalEmbedding):
@@ -214,22 +257,38 @@ class SinusoidalPositionalEmbedding(PositionalEmbedding):
     float32 (tokpos.sinusoidal_table; other layouts as documented there).
 
     The table is a non-persistent buffer (recomputed, not saved in
-    state_dict): the module has no parameters and gets no gradient."""
+    state_dict): the module has no parameters and gets no gradient. Built
+    on the meta device (device="meta", torch.device("meta") as a context)
+    or under FakeTensorMode the buffer is its shape alone; moved from there
+    to a real device (to_empty, to) the table is computed there."""
 
     __module__ = "tokpos.torch"  # pickles and reprs name the public module
 
     def __init__(
-        self, max_context_length: int, dim: int, *, base: float = 10000.0, layout: str = "interleaved"
+        self, max_context_length: int, dim: int, *, base: float = 10000.0, layout: str = "interleaved", device=None
     ) -> None:
         super().__init__()
         self.max_context_length = check_int("max_context_length", max_context_length, 1)
         self.dim = check_int("dim", dim, 1)
         self.base = float(base)
         self.layout = layout
+        shell = torch.empty((self.max_context_length, self.dim), dtype=_F32, device=device)
+        self.register_buffer("weight", self._table_like(shell) if _has_data(shell) else shell, persistent=False)
+
+    def _table_like(self, like: Tensor) -> Tensor:
+        """The table, computed on the CPU, on like's device and in like's dtype."""
         table = sinusoidal_table(
-            self.max_context_length, self.dim, base=self.base, layout=layout, framework="torch"
+            self.max_context_length, self.dim, base=self.base, layout=self.layout, framework="torch"
         )
-        self.register_buffer("weight", table, persistent=False)
+        return table.to(device=like.device, dtype=like.dtype)
+
+    def _apply(self, fn, *args, **kwargs):
+        before = self._buffers.get("weight")
+        module = super()._apply(fn, *args, **kwargs)
+        after = self._buffers.get("weight")
+        if before is not None and after is not None and not _has_data(before) and _has_data(after):
+            self._buffers["weight"] = self._table_like(after)  # from shapes alone to a real device: the values
+        return module
 
     def extra_repr(self) -> str:
         return f"{self.max_context_length}, {self.dim}, base={self.base}, layout={self.layout!r}"

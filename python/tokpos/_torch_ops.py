@@ -6,6 +6,14 @@
     tokpos::compose, tokpos::compose_backward, tokpos::token_grad_rows
                        torch.library custom ops, their fake kernels and the
                        autograd of tokpos::compose
+    direct(...), transformed(...)
+                       which way a call goes: the kernel on the tensors'
+                       memory, the op (fake and meta tensors, a dispatch
+                       mode), or an autograd.Function (forward-mode AD and
+                       torch.func)
+    _Compose, _ComposeBackward
+                       tokpos::compose and its backward as autograd.Functions
+                       with jvp and vmap, for forward-mode AD and torch.func
 
 torch is checked first: tokpos.torch needs torch.library.custom_op (torch
 2.4), and an older torch gets an ImportError naming both versions before any
@@ -48,6 +56,7 @@ from typing import Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
 from torch import Tensor  # noqa: E402
+from torch.autograd import forward_ad  # noqa: E402
 
 from . import _core  # noqa: E402
 from ._arrays import require_cpu as _require_cpu_one  # noqa: E402
@@ -70,6 +79,74 @@ def require_cpu(where: str, names: tuple, *tensors) -> None:
     for name, t in zip(names, tensors):
         if t is not None and t.device.type != "cpu":
             _require_cpu_one(t, name, where)
+
+
+def require_host(where: str, names: tuple, *tensors) -> None:
+    """require_cpu, with the meta device allowed too: the ops' fake kernels,
+    which are also their meta kernels, compute a meta tensor's shape without
+    touching memory, so a meta input gives a meta result; a tensor on any
+    other device (cuda, mps, ...) is a ValueError naming it."""
+    for name, t in zip(names, tensors):
+        if t is not None and t.device.type not in ("cpu", "meta"):
+            _require_cpu_one(t, name, where)
+
+
+def fake_empty(like: Tensor, shape, dtype: torch.dtype, *others) -> Tensor:
+    """A fake kernel's result: an empty tensor of shape and dtype on like's
+    device, or on the meta device when any of like and others is a meta
+    tensor (a CPU table with meta ids gives a meta result, never an
+    uninitialised CPU tensor). Under FakeTensorMode it is a fake tensor."""
+    meta = any(t is not None and t.device.type == "meta" for t in (like, *others))
+    return like.new_empty(shape, dtype=dtype, device="meta" if meta else like.device)
+
+
+# The exact types whose memory the kernels read: a fake tensor, a functional
+# tensor or any other subclass goes through the operator instead.
+_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
+_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+# A torch.func transform (grad, vmap, jvp, ...) is running: its tensors are
+# wrappers without memory of their own.
+_functorch_active = torch._C._functorch.peek_interpreter_stack
+# The number of active dispatch modes, FakeTensorMode and the tracers' included
+# (torch 2.4 has _len_torch_dispatch_stack; the fallback is the older name).
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None) or torch._C._len_torch_dispatch_mode
+
+
+def transformed(*tensors) -> bool:
+    """True under a forward-mode AD dual level, inside a torch.func
+    transform (grad, jvp, vmap) or when a tensor is a torch.func wrapper:
+    the modes that only an autograd.Function with setup_context, jvp and
+    vmap serves (a custom operator's registered autograd has neither a jvp
+    nor functorch support, and its kernel cannot read a wrapper's memory)."""
+    if forward_ad._current_level >= 0 or _functorch_active() is not None:
+        return True
+    return any(t is not None and _wrapped(t) for t in tensors)
+
+
+def direct(*tensors) -> bool:
+    """True when the kernel may run on the tensors' memory without the
+    dispatcher: each one is a plain torch.Tensor or Parameter (not a fake
+    tensor or another subclass) on the CPU, and no forward-mode AD level,
+    torch.func transform or dispatch mode (FakeTensorMode, a tracer, a
+    counter) is active. Otherwise the call goes through the operator, whose
+    fake kernel serves fake and meta tensors, or through an
+    autograd.Function (transformed). Cheap: the decode step's fast path
+    asks it on every call."""
+    if forward_ad._current_level >= 0 or _dispatch_modes() or _functorch_active() is not None:
+        return False
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN_TYPES or not t.is_cpu):
+            return False
+    return True
+
+
+def has_data(t: Tensor) -> bool:
+    """True when t holds memory a kernel or an initialiser can write: not a
+    meta tensor, a fake tensor, another subclass or a torch.func wrapper.
+    A module built under FakeTensorMode, on the meta device or under
+    torch.device("meta") has no such table and is initialised from shapes
+    alone."""
+    return type(t) in _PLAIN_TYPES and t.device.type != "meta" and not _wrapped(t)
 
 
 def plain(t: Optional[Tensor]) -> Optional[Tensor]:
@@ -166,18 +243,30 @@ def compose_kernel(
     step's kernel); any other tensors by DLPack (_core.compose), after the
     check the core cannot make (every tensor on the CPU; cpu_where names
     the caller in that message). The custom op's body and the eager fast
-    path both run this."""
+    path both run this; tensors without memory of their own (fake, meta, a
+    torch.func wrapper) go to the op instead, whose fake kernel serves
+    them."""
+    for t in (ids, token_table, pos_table, position_ids):
+        if t is not None and (type(t) not in _PLAIN_TYPES or t.is_meta or (_functorch_active() is not None and _wrapped(t))):
+            require_host(cpu_where, COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
+            return _compose_op(ids, token_table, pos_table, position_ids, start, -1, False)
+    return _compose_kernel(ids, token_table, pos_table, position_ids, start, cpu_where)
+
+
+def _compose_kernel(ids, token_table, pos_table, position_ids, start, cpu_where=KERNEL) -> Tensor:
+    """compose_kernel on tensors known to hold their memory (the op's body, and
+    compose() after direct())."""
     raw = _raw_args(ids, token_table, pos_table, position_ids)
     if raw is not None:
         ic, B, T, tc, V, D, pp, pc, L, qp, qc = raw
-        out = torch.empty((T, D) if B < 0 else (B, T, D), dtype=token_table.dtype)
+        out = torch.empty((T, D) if B < 0 else (B, T, D), dtype=token_table.dtype, device="cpu")
         _core.compose_raw(
             out.data_ptr(), ids.data_ptr(), ic, B, T, token_table.data_ptr(), tc, V, D, pp, pc, L, qp, qc, start, KERNEL
         )
         return out
     require_cpu(cpu_where, COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
     shape = [*ids.shape, token_table.shape[-1]] if token_table.dim() else list(ids.shape)
-    out = torch.empty(shape, dtype=token_table.dtype)
+    out = torch.empty(shape, dtype=token_table.dtype, device="cpu")
     _core.compose(out, plain(ids), plain(token_table), plain(pos_table), plain(position_ids), start, -1, KERNEL)
     return out
 
@@ -204,15 +293,26 @@ def _compose_op(
     """out = token_table[ids] + pos_table[position] (position_ids, or
     start + t), summed in float32 and rounded once to token_table's dtype
     (float64 tables: summed in double)."""
-    return compose_kernel(ids, token_table, pos_table, position_ids, start)
+    return _compose_kernel(ids, token_table, pos_table, position_ids, start)
 
 
 @_compose_op.register_fake
 def _compose_fake(ids, token_table, pos_table, position_ids, start, padding_idx, sparse):
-    require_cpu("tokpos::compose", COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
+    require_host("tokpos::compose", COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
     torch._check(token_table.dim() == 2, lambda: "tokpos::compose: token_table must be 2-D")
     torch._check(ids.dim() in (1, 2), lambda: "tokpos::compose: ids must be 1-D or 2-D")
-    return token_table.new_empty([*ids.shape, token_table.shape[1]])
+    if pos_table is not None:
+        torch._check(pos_table.dim() == 2, lambda: "tokpos::compose: pos_table must be 2-D")
+        torch._check(
+            pos_table.shape[1] == token_table.shape[1],
+            lambda: "tokpos::compose: pos_table and token_table must have the same D",
+        )
+    if position_ids is not None:
+        torch._check(
+            position_ids.shape == ids.shape, lambda: "tokpos::compose: position_ids must have the shape of ids"
+        )
+    shape = [*ids.shape, token_table.shape[1]]
+    return fake_empty(token_table, shape, token_table.dtype, ids, pos_table, position_ids)
 
 
 @torch.library.custom_op("tokpos::compose_backward", mutates_args=(), device_types="cpu")
@@ -255,9 +355,12 @@ def _compose_backward_op(
 
 @_compose_backward_op.register_fake
 def _compose_backward_fake(d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx, scale_grad_by_freq=False):
-    require_cpu("tokpos::compose_backward", ("d_out", "ids", "position_ids"), d_out, ids, position_ids)
+    require_host("tokpos::compose_backward", ("d_out", "ids", "position_ids"), d_out, ids, position_ids)
     dim, acc = d_out.shape[-1], grad_dtype(d_out.dtype)
-    return d_out.new_empty((vocab_size, dim), dtype=acc), d_out.new_empty((pos_rows, dim), dtype=acc)
+    return (
+        fake_empty(d_out, (vocab_size, dim), acc, ids, position_ids),
+        fake_empty(d_out, (pos_rows, dim), acc, ids, position_ids),
+    )
 
 
 @torch.library.custom_op("tokpos::token_grad_rows", mutates_args=(), device_types="cpu")
@@ -266,8 +369,8 @@ def _token_grad_rows_op(d_out: Tensor, ids: Tensor, vocab_size: int, padding_idx
     rows sorted and unique (padding_idx left out), and values (U, D)
     float32, the same bits the dense backward adds to a zeroed table."""
     plan = _core.row_plan(plain(ids), vocab_size, padding_idx, "tokpos::token_grad_rows")
-    rows = torch.empty((plan.num_touched,), dtype=torch.int64)
-    values = torch.empty((plan.num_touched, d_out.shape[-1]), dtype=F32)
+    rows = torch.empty((plan.num_touched,), dtype=torch.int64, device="cpu")
+    values = torch.empty((plan.num_touched, d_out.shape[-1]), dtype=F32, device="cpu")
     plan.touched_rows(rows)
     plan.gradient_rows(values, plain(d_out.to(F32)))
     return rows, values
@@ -275,11 +378,13 @@ def _token_grad_rows_op(d_out: Tensor, ids: Tensor, vocab_size: int, padding_idx
 
 @_token_grad_rows_op.register_fake
 def _token_grad_rows_fake(d_out, ids, vocab_size, padding_idx):
-    require_cpu("tokpos::token_grad_rows", ("d_out", "ids"), d_out, ids)
+    require_host("tokpos::token_grad_rows", ("d_out", "ids"), d_out, ids)
+    # How many rows are touched depends on the ids' values, which a meta
+    # tensor does not have: torch's own error for a data-dependent shape.
     touched = torch.library.get_ctx().new_dynamic_size()
     return (
-        d_out.new_empty((touched,), dtype=torch.int64),
-        d_out.new_empty((touched, d_out.shape[-1]), dtype=F32),
+        fake_empty(d_out, (touched,), torch.int64, ids),
+        fake_empty(d_out, (touched, d_out.shape[-1]), F32, ids),
     )
 
 
@@ -295,20 +400,25 @@ def _compose_setup_context(ctx, inputs, output):
     ctx.pos_dtype = pos_table.dtype if pos_table is not None else None
 
 
+def _sparse_token_grad(ctx, d_out, ids):
+    """The token table's gradient as a coalesced sparse COO tensor (sparse=True)."""
+    rows, values = _token_grad_rows_op(d_out, ids, ctx.vocab_size, ctx.padding_idx)
+    return torch.sparse_coo_tensor(
+        rows.unsqueeze(0),
+        values.to(ctx.token_dtype),
+        (ctx.vocab_size, d_out.shape[-1]),
+        is_coalesced=True,
+        check_invariants=False,
+    )
+
+
 def _compose_backward(ctx, d_out):
     ids, position_ids = ctx.saved_tensors
     want_tok = ctx.needs_input_grad[1]
     want_pos = ctx.needs_input_grad[2]
     d_tok = d_pos = None
     if want_tok and ctx.sparse:
-        rows, values = _token_grad_rows_op(d_out, ids, ctx.vocab_size, ctx.padding_idx)
-        d_tok = torch.sparse_coo_tensor(
-            rows.unsqueeze(0),
-            values.to(ctx.token_dtype),
-            (ctx.vocab_size, d_out.shape[-1]),
-            is_coalesced=True,
-            check_invariants=False,
-        )
+        d_tok = _sparse_token_grad(ctx, d_out, ids)
         want_tok = False
     if want_tok or want_pos:
         g_tok, g_pos = _compose_backward_op(
@@ -344,33 +454,154 @@ def _compose_backward_setup_context(ctx, inputs, output):
     ctx.vocab_size, ctx.pos_rows, ctx.d_out_dtype = vocab_size, pos_rows, d_out.dtype
 
 
+def _position_rows(ids: Tensor, start: int) -> Tensor:
+    """The positions start + t of ids' shape (the rows a composer without
+    position_ids reads), on ids' device."""
+    return (torch.arange(ids.shape[-1], dtype=torch.int64, device=ids.device) + start).expand(ids.shape)
+
+
 def _compose_backward_backward(ctx, g_tok, g_pos):
     ids, position_ids = ctx.saved_tensors
     if not ctx.needs_input_grad[0]:
         return None, None, None, None, None, None, None, None
+    return _scatter_adjoint(ctx, g_tok, g_pos, ids, position_ids, _compose_op), None, None, None, None, None, None, None
+
+
+def _scatter_adjoint(ctx, g_tok, g_pos, ids, position_ids, lookup):
+    """d_out's gradient from the gradients of compose_backward's two
+    results: lookup (the op, or _Compose.apply under torch.func) of g_tok's
+    rows at ids plus g_pos's at the positions."""
     tok = g_tok if ctx.vocab_size else None
     pos = g_pos if ctx.pos_rows else None
     if tok is not None and (ctx.padding_idx >= 0 or ctx.scale):
-        keep = torch.ones(ctx.vocab_size, dtype=tok.dtype)
+        keep = torch.ones(ctx.vocab_size, dtype=tok.dtype, device=tok.device)
         if ctx.scale:
-            counts = torch.zeros(ctx.vocab_size, dtype=torch.int64).index_add_(
-                0, ids.reshape(-1).long(), torch.ones(ids.numel(), dtype=torch.int64)
+            counts = torch.zeros(ctx.vocab_size, dtype=torch.int64, device=ids.device).index_add_(
+                0, ids.reshape(-1).long(), torch.ones(ids.numel(), dtype=torch.int64, device=ids.device)
             )
             keep = (1.0 / counts.clamp(min=1).double()).to(tok.dtype)
         if ctx.padding_idx >= 0:
             keep[ctx.padding_idx] = 0
         tok = tok * keep.unsqueeze(1)
     if tok is None:  # positions only: the position rows looked up as a table
-        rows = position_ids if position_ids is not None else (
-            torch.arange(ids.shape[-1], dtype=torch.int64) + ctx.start
-        ).expand(ids.shape)
-        d_d_out = _compose_op(rows, pos, None, None, 0, -1, False)
+        rows = position_ids if position_ids is not None else _position_rows(ids, ctx.start)
+        d_d_out = lookup(rows, pos, None, None, 0, -1, False)
     else:
-        d_d_out = _compose_op(ids, tok, pos, position_ids, ctx.start, -1, False)
-    return d_d_out.to(ctx.d_out_dtype), None, None, None, None, None, None, None
+        d_d_out = lookup(ids, tok, pos, position_ids, ctx.start, -1, False)
+    return d_d_out.to(ctx.d_out_dtype)
 
 
 _compose_backward_op.register_autograd(_compose_backward_backward, setup_context=_compose_backward_setup_context)
+
+
+# ---------------------------------------------------------------------------
+# Forward-mode AD and torch.func.
+#
+# A custom operator's registered autograd serves backward (and double
+# backward) only: it has no jvp, so under forward_ad a dual table would come
+# back with no tangent, and torch.func refuses it (its autograd.Function has
+# no setup_context). _Compose and _ComposeBackward are the same two ops as
+# autograd.Functions with setup_context, jvp and vmap: compose is linear in
+# both tables, so its tangent is compose of the tangents (embedding(ids,
+# dT) + dP[positions]), and compose_backward is linear in d_out, its tangent
+# compose_backward of d_out's tangent. vmap runs one call per batch element.
+
+
+def by_element(apply, info, in_dims, *args):
+    """vmap of apply(*args) as one call per batch element, each argument
+    selected along its in_dim (None: shared by every element), the results
+    stacked along dim 0 (a tuple of results stacked one by one)."""
+    outs = [
+        apply(*(a if d is None else a.select(d, b) for a, d in zip(args, in_dims)))
+        for b in range(info.batch_size)
+    ]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.stack(o) for o in zip(*outs)), (0,) * len(outs[0])
+    return torch.stack(outs), 0
+
+
+class _Compose(torch.autograd.Function):
+    """tokpos::compose with setup_context, backward, jvp and vmap (see above)."""
+
+    @staticmethod
+    def forward(ids, token_table, pos_table, position_ids, start, padding_idx, sparse):
+        return _compose_op(ids, token_table, pos_table, position_ids, start, padding_idx, sparse)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _compose_setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0], inputs[3])
+        ctx.set_materialize_grads(False)  # a table without a tangent gets None in jvp, not a zero table
+
+    @staticmethod
+    def backward(ctx, d_out):
+        ids, position_ids = ctx.saved_tensors
+        want_tok, want_pos = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        d_tok = d_pos = None
+        if d_out is None:
+            return None, None, None, None, None, None, None
+        if want_tok and ctx.sparse:
+            d_tok = _sparse_token_grad(ctx, d_out, ids)
+            want_tok = False
+        if want_tok or want_pos:
+            g_tok, g_pos = _ComposeBackward.apply(
+                d_out, ids, position_ids, ctx.start, ctx.vocab_size if want_tok else 0,
+                ctx.pos_rows if want_pos else 0, ctx.padding_idx, False,
+            )
+            if want_tok:
+                d_tok = g_tok.to(ctx.token_dtype)
+            if want_pos:
+                d_pos = g_pos.to(ctx.pos_dtype)
+        return None, d_tok, d_pos, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, ids_t, token_t, pos_t, *_):
+        ids, position_ids = ctx.saved_tensors
+        if token_t is None:  # only the position table has a tangent: its rows
+            rows = position_ids if position_ids is not None else _position_rows(ids, ctx.start)
+            return _Compose.apply(rows, pos_t, None, None, 0, -1, False).to(ctx.token_dtype)
+        if pos_t is None:  # only the token table has one
+            return _Compose.apply(ids, token_t, None, None, 0, -1, False)
+        return _Compose.apply(ids, token_t, pos_t, position_ids, ctx.start, -1, False)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return by_element(_Compose.apply, info, in_dims, *args)
+
+
+class _ComposeBackward(torch.autograd.Function):
+    """tokpos::compose_backward with setup_context, backward (the adjoint
+    lookup), jvp and vmap, so every order of torch.func derivative of a
+    composer goes through the kernels."""
+
+    @staticmethod
+    def forward(d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx, scale_grad_by_freq):
+        return _compose_backward_op(
+            d_out, ids, position_ids, start, vocab_size, pos_rows, padding_idx, scale_grad_by_freq
+        )
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _compose_backward_setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[1], inputs[2])
+        ctx.inputs = inputs[3:]
+
+    @staticmethod
+    def backward(ctx, g_tok, g_pos):
+        ids, position_ids = ctx.saved_tensors
+        d_d_out = None
+        if ctx.needs_input_grad[0]:
+            d_d_out = _scatter_adjoint(ctx, g_tok, g_pos, ids, position_ids, _Compose.apply)
+        return d_d_out, None, None, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, d_out_t, *_):
+        ids, position_ids = ctx.saved_tensors
+        return _ComposeBackward.apply(d_out_t, ids, position_ids, *ctx.inputs)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return by_element(_ComposeBackward.apply, info, in_dims, *args)
 
 
 # ---------------------------------------------------------------------------
@@ -387,15 +618,23 @@ def compose(
     sparse: bool,
     where: str,
 ) -> Tensor:
-    """The modules' one way in: the custom op when autograd or the compiler
-    needs it, else compose_kernel directly (the inference fast path: one
-    kernel call plus the output's allocation, no dispatcher). Both end in
-    the core's one validation, so an error reads the same either way; where
-    names the module only in the CPU check, made before the op runs."""
-    if torch.compiler.is_compiling() or (
-        torch.is_grad_enabled()
-        and (token_table.requires_grad or (pos_table is not None and pos_table.requires_grad))
-    ):
-        require_cpu(where, COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
-        return _compose_op(ids, token_table, pos_table, position_ids, start, padding_idx, sparse)
-    return compose_kernel(ids, token_table, pos_table, position_ids, start, where)
+    """The modules' one way in: compose_kernel directly for plain CPU
+    tensors when nothing needs autograd (the inference fast path: one kernel
+    call plus the output's allocation, no dispatcher); _Compose under
+    forward-mode AD and torch.func; else the custom op (autograd, the
+    compiler, fake and meta tensors, which its fake kernel serves from
+    shapes alone: a meta input gives a meta result). All end in the core's
+    one validation, so an error reads the same either way; where names the
+    module only in the device check, made before the op runs."""
+    if not torch.compiler.is_compiling():
+        if direct(ids, token_table, pos_table, position_ids):
+            if not (
+                torch.is_grad_enabled()
+                and (token_table.requires_grad or (pos_table is not None and pos_table.requires_grad))
+            ):
+                return _compose_kernel(ids, token_table, pos_table, position_ids, start, where)
+        elif transformed(ids, token_table, pos_table, position_ids):
+            require_host(where, COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
+            return _Compose.apply(ids, token_table, pos_table, position_ids, start, padding_idx, sparse)
+    require_host(where, COMPOSE_NAMES, ids, token_table, pos_table, position_ids)
+    return _compose_op(ids, token_table, pos_table, position_ids, start, padding_idx, sparse)

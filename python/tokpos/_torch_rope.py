@@ -8,6 +8,13 @@ copied). Its gradient is a * R^T(grad), which the same op computes with
 inverse flipped (inverse negates sin and keeps a), so the backward is one
 more call of the op, itself differentiable. positions and inv_freq get no
 gradient.
+
+Both ops are linear in x, so under forward-mode AD the tangent of the result
+is the same op applied to x's tangent; _Rope and _RopeTables are the ops as
+autograd.Functions with that jvp, a vmap rule (one call per batch element)
+and setup_context, for torch.autograd.forward_ad and torch.func. Fake and
+meta tensors go through the ops, whose fake kernels give the result's shape
+without touching memory (a meta input gives a meta result).
 """
 
 from __future__ import annotations
@@ -22,8 +29,25 @@ from . import _core
 from . import rope as _rope
 from ._torch_modules import check_int as _check_int
 from ._torch_ops import _TABLE_CODES
+from ._torch_ops import by_element as _by_element
+from ._torch_ops import direct as _direct
+from ._torch_ops import fake_empty as _fake_empty
+from ._torch_ops import has_data as _has_data
 from ._torch_ops import plain as _plain
-from ._torch_ops import require_cpu as _require_cpu
+from ._torch_ops import require_host as _require_host
+from ._torch_ops import transformed as _transformed
+
+_FORWARD_AD = "forward-mode AD (torch.autograd.forward_ad, torch.func.jvp)"
+
+
+def _like_x(x: Tensor, t: Tensor) -> Tensor:
+    """t as x's fake tensor mode holds it: a real tensor (inv_freq from
+    numpy, say) converted to a fake one when x is fake, so the op sees one
+    mode; anything else as it is."""
+    mode = getattr(x, "fake_mode", None)
+    if mode is not None and getattr(t, "fake_mode", None) is None:
+        return mode.from_tensor(t)
+    return t
 
 
 def _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse, heads_last=False) -> Tensor:
@@ -34,9 +58,9 @@ def _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor
     if heads_last:
         shape = list(x.shape)
         shape[-3], shape[-2] = shape[-2], shape[-3]
-        out = torch.empty(shape, dtype=x.dtype).transpose(-3, -2)
+        out = torch.empty(shape, dtype=x.dtype, device="cpu").transpose(-3, -2)
     else:
-        out = torch.empty(x.shape, dtype=x.dtype)
+        out = torch.empty(x.shape, dtype=x.dtype, device="cpu")
     _rope.apply_rope(
         _plain(x),
         _plain(positions),
@@ -73,7 +97,8 @@ def _apply_rope_fake(x, positions, inv_freq, layout, rotary_dim, attention_facto
         positions.dim() == x.dim() - 2, lambda: "tokpos::apply_rope: positions must be (T) or (B, T), as x"
     )
     torch._check(inv_freq.dim() == 1, lambda: "tokpos::apply_rope: inv_freq must be 1-D")
-    return x.new_empty(x.shape)
+    _require_host("tokpos::apply_rope", ("x", "positions", "inv_freq"), x, positions, inv_freq)
+    return _fake_empty(x, x.shape, x.dtype, positions, inv_freq)
 
 
 def _apply_rope_setup_context(ctx, inputs, output):
@@ -96,6 +121,64 @@ def _apply_rope_backward(ctx, d_out):
 
 
 _apply_rope_op.register_autograd(_apply_rope_backward, setup_context=_apply_rope_setup_context)
+
+
+class _Rope(torch.autograd.Function):
+    """tokpos::apply_rope with setup_context, backward, jvp (the op on x's
+    tangent: it is linear in x) and vmap, for forward-mode AD and torch.func."""
+
+    @staticmethod
+    def forward(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse):
+        return _apply_rope_op(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _apply_rope_setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[1], inputs[2])
+        ctx.set_materialize_grads(False)  # an input without a tangent gets None in jvp
+
+    @staticmethod
+    def backward(ctx, d_out):
+        positions, inv_freq = ctx.saved_tensors
+        d_x = None
+        if ctx.needs_input_grad[0] and d_out is not None:
+            d_x = _Rope.apply(
+                d_out, positions, inv_freq, ctx.layout, ctx.rotary_dim, ctx.attention_factor, not ctx.inverse
+            )
+        return d_x, None, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, x_t, positions_t, inv_freq_t, *_):
+        if inv_freq_t is not None:
+            raise RuntimeError(
+                f"tokpos.torch.apply_rope: {_FORWARD_AD} with respect to inv_freq is not supported (x's tangent is)"
+            )
+        positions, inv_freq = ctx.saved_tensors
+        return _Rope.apply(x_t, positions, inv_freq, ctx.layout, ctx.rotary_dim, ctx.attention_factor, ctx.inverse)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return _by_element(_Rope.apply, info, in_dims, *args)
+
+
+def _rope_call(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse, heads_first) -> Tensor:
+    """One rotation, by the way the tensors need: the kernel directly for
+    plain CPU tensors without autograd; _Rope under forward-mode AD and
+    torch.func; else the op (autograd, the compiler, fake and meta tensors).
+    x is the kernel's (…, T, H, D) view; heads_first says its memory is the
+    transpose's (the direct path's result keeps that order)."""
+    if not torch.compiler.is_compiling():
+        if _direct(x, positions, inv_freq):
+            if not (torch.is_grad_enabled() and x.requires_grad):
+                # Inference: the kernel directly, without the dispatcher.
+                return _apply_rope_new(
+                    x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse, heads_first
+                )
+        elif _transformed(x, positions, inv_freq):
+            return _Rope.apply(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
+        else:
+            positions, inv_freq = _like_x(x, positions), _like_x(x, inv_freq)
+    return _apply_rope_op(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
 
 
 def apply_rope(
@@ -148,8 +231,11 @@ def apply_rope(
         raise ValueError(f"tokpos.torch.apply_rope: attention_factor = {attention_factor!r} must be a number")
     attention_factor = float(attention_factor)
     for name, t in (("x", x), ("positions", positions), ("inv_freq", inv_freq)):
-        if t.device.type != "cpu":
-            raise ValueError(f"tokpos.torch.apply_rope: {name} is on {t.device}; only CPU tensors are supported")
+        if t.device.type not in ("cpu", "meta"):
+            raise ValueError(
+                f"tokpos.torch.apply_rope: {name} is on {t.device}; only CPU tensors (and meta ones, for shapes) "
+                "are supported"
+            )
     inverse = bool(inverse)
     where = "tokpos.torch.apply_rope"
     if mrope_section is not None:
@@ -175,20 +261,16 @@ def apply_rope(
     positions = _rope._batch_positions(positions, tuple(x.shape))
     if heads_first:
         x = x.transpose(-3, -2)  # the kernel's (…, T, H, D) view, no copy
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
-        y = _apply_rope_op(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse)
-    else:
-        # Inference: the kernel directly, without the dispatcher.
-        y = _apply_rope_new(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse, heads_first)
+    y = _rope_call(x, positions, inv_freq, layout, rotary_dim, attention_factor, inverse, heads_first)
     return y.transpose(-3, -2) if heads_first else y
 
 
-def _rope_tables_out(x, contiguous: bool) -> Tensor:
-    """The result's memory: contiguous, or x's strides (as torch's
+def _rope_tables_out(x, contiguous: bool, device="cpu") -> Tensor:
+    """The result's memory on device: contiguous, or x's strides (as torch's
     elementwise ops lay out theirs; contiguous when x's rows are not)."""
     if contiguous or x.dim() == 0 or x.stride(-1) != 1:
-        return torch.empty(x.shape, dtype=x.dtype)
-    return torch.empty_like(x, memory_format=torch.preserve_format)
+        return torch.empty(x.shape, dtype=x.dtype, device=device)
+    return torch.empty_like(x, memory_format=torch.preserve_format, device=device)
 
 
 def _apply_rope_tables_dlpack(x, cos, sin, layout, inverse, heads_first, out) -> Tensor:
@@ -248,7 +330,9 @@ def _apply_rope_tables_op(
 def _apply_rope_tables_fake(x, cos, sin, layout, inverse, heads_first, contiguous):
     torch._check(x.dim() in (3, 4), lambda: "tokpos::apply_rope_tables: x must be 3- or 4-dimensional")
     torch._check(cos.dim() == x.dim() - 1, lambda: "tokpos::apply_rope_tables: cos must have one dimension less than x")
-    return _rope_tables_out(x, contiguous)
+    _require_host("tokpos::apply_rope_tables", ("x", "cos", "sin"), x, cos, sin)
+    meta = any(t.device.type == "meta" for t in (x, cos, sin))
+    return _rope_tables_out(x, contiguous, "meta" if meta else x.device)
 
 
 def _apply_rope_tables_setup_context(ctx, inputs, output):
@@ -268,13 +352,63 @@ def _apply_rope_tables_backward(ctx, d_out):
 _apply_rope_tables_op.register_autograd(_apply_rope_tables_backward, setup_context=_apply_rope_tables_setup_context)
 
 
-def rope_tables(x, cos, sin, layout: str, inverse: bool, heads_first: bool, contiguous: bool) -> Tensor:
-    """apply_rope_tables after its checks: through the custom op when
-    autograd or the compiler needs it, the kernel directly otherwise."""
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
-        cos, sin = _rope._batch_positions(cos, tuple(x.shape)), _rope._batch_positions(sin, tuple(x.shape))
+class _RopeTables(torch.autograd.Function):
+    """tokpos::apply_rope_tables with setup_context, backward, jvp (the op on
+    x's tangent) and vmap, for forward-mode AD and torch.func. cos and sin
+    get no derivative: one asked of them is an error, never a silent zero."""
+
+    @staticmethod
+    def forward(x, cos, sin, layout, inverse, heads_first, contiguous):
         return _apply_rope_tables_op(x, cos, sin, layout, inverse, heads_first, contiguous)
-    return _apply_rope_tables_new(x, cos, sin, layout, inverse, heads_first, contiguous)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _apply_rope_tables_setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[1], inputs[2])
+        ctx.contiguous = inputs[6]
+        ctx.set_materialize_grads(False)  # an input without a tangent gets None in jvp
+
+    @staticmethod
+    def backward(ctx, d_out):
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            raise RuntimeError("tokpos.torch.apply_rope_tables: gradients with respect to cos and sin are not supported")
+        cos, sin = ctx.saved_tensors
+        d_x = None
+        if ctx.needs_input_grad[0] and d_out is not None:
+            d_x = _RopeTables.apply(d_out, cos, sin, ctx.layout, not ctx.inverse, ctx.heads_first, False)
+        return d_x, None, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, x_t, cos_t, sin_t, *_):
+        if cos_t is not None or sin_t is not None:
+            raise RuntimeError(
+                f"tokpos.torch.apply_rope_tables: {_FORWARD_AD} with respect to cos and sin is not supported "
+                "(x's tangent is)"
+            )
+        cos, sin = ctx.saved_tensors
+        return _RopeTables.apply(x_t, cos, sin, ctx.layout, ctx.inverse, ctx.heads_first, ctx.contiguous)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return _by_element(_RopeTables.apply, info, in_dims, *args)
+
+
+def rope_tables(x, cos, sin, layout: str, inverse: bool, heads_first: bool, contiguous: bool) -> Tensor:
+    """apply_rope_tables after its checks: the kernel directly for plain CPU
+    tensors without autograd; _RopeTables under forward-mode AD and
+    torch.func; else the custom op (autograd, the compiler, fake and meta
+    tensors)."""
+    if not torch.compiler.is_compiling():
+        if _direct(x, cos, sin):
+            if not (torch.is_grad_enabled() and x.requires_grad):
+                return _apply_rope_tables_new(x, cos, sin, layout, inverse, heads_first, contiguous)
+        elif _transformed(x, cos, sin):
+            cos, sin = _rope._batch_positions(cos, tuple(x.shape)), _rope._batch_positions(sin, tuple(x.shape))
+            return _RopeTables.apply(x, cos, sin, layout, inverse, heads_first, contiguous)
+        else:
+            cos, sin = _like_x(x, cos), _like_x(x, sin)
+    cos, sin = _rope._batch_positions(cos, tuple(x.shape)), _rope._batch_positions(sin, tuple(x.shape))
+    return _apply_rope_tables_op(x, cos, sin, layout, inverse, heads_first, contiguous)
 
 
 def apply_rope_tables(
@@ -295,8 +429,10 @@ def apply_rope_tables(
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         if not isinstance(t, Tensor):
             raise ValueError(f"{where}: {name} must be a torch tensor, got {type(t).__name__}")
-        if t.device.type != "cpu":
-            raise ValueError(f"{where}: {name} is on {t.device}; only CPU tensors are supported")
+        if t.device.type not in ("cpu", "meta"):
+            raise ValueError(
+                f"{where}: {name} is on {t.device}; only CPU tensors (and meta ones, for shapes) are supported"
+            )
     if layout not in _rope.ROPE_LAYOUTS:
         raise ValueError(f"{where}: layout = {layout!r} is not one of 'half', 'interleaved'")
     if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
@@ -426,7 +562,11 @@ class RotaryEmbedding(nn.Module):
             self.seq_len_cached = int(self.scaling["max_position_embeddings"])
         self._inv_freq64 = inv_freq
         self._by_seq_len: dict = {}
-        self.register_buffer("inv_freq", torch.from_numpy(inv_freq.copy()), persistent=False)
+        # On the device a torch.device context or FakeTensorMode gives a new
+        # tensor: the meta device or a fake tensor hold the shape alone.
+        shell = torch.empty(inv_freq.shape, dtype=torch.float64)
+        buffer = torch.from_numpy(inv_freq.copy()).to(shell.device) if _has_data(shell) else shell
+        self.register_buffer("inv_freq", buffer, persistent=False)
 
     @classmethod
     def from_config(
@@ -451,7 +591,9 @@ class RotaryEmbedding(nn.Module):
     def _apply(self, fn, *args, **kwargs):
         module = super()._apply(fn, *args, **kwargs)
         inv = self._buffers["inv_freq"]
-        if inv.dtype != torch.float64:
+        # Kept float64, and rewritten wherever it has memory: to_empty (from
+        # the meta device, deferred initialisation) leaves it uninitialised.
+        if inv.dtype != torch.float64 or _has_data(inv):
             self._buffers["inv_freq"] = torch.from_numpy(self._inv_freq64.copy()).to(inv.device)
         return module
 
@@ -504,9 +646,25 @@ class RotaryEmbedding(nn.Module):
         name = dtype if dtype in _DTYPE_NAMES.values() else _DTYPE_NAMES.get(dtype)
         if name is None:
             raise ValueError(f"tokpos.torch.RotaryEmbedding.cos_sin: dtype {dtype} is not float32, bfloat16 or float16")
+        where = "tokpos.torch.RotaryEmbedding.cos_sin"
         if isinstance(positions, Tensor):
-            _require_cpu("tokpos.torch.RotaryEmbedding.cos_sin", ("positions",), positions)
-        inv_freq, factor = self._frequencies(seq_len, "tokpos.torch.RotaryEmbedding.cos_sin")
+            _require_host(where, ("positions",), positions)
+            if torch._C._functorch.is_functorch_wrapped_tensor(positions):
+                raise RuntimeError(
+                    f"{where}: torch.func transforms (vmap, grad, jvp) are not supported here (the values are "
+                    "computed in numpy); call it outside the transform"
+                )
+        inv_freq, factor = self._frequencies(seq_len, where)
+        if isinstance(positions, Tensor) and not (_has_data(positions) and _has_data(inv_freq)):
+            # Fake or meta positions, or a module on the meta device or built
+            # under FakeTensorMode: the shapes alone, no values read (meta
+            # when either is meta).
+            shape = tuple(positions.shape)
+            if self.mrope_section is not None and len(shape) == 3:
+                shape = shape[1:]
+            dt = dtype if isinstance(dtype, torch.dtype) else getattr(torch, name)
+            like = _like_x(inv_freq, positions)
+            return tuple(_fake_empty(like, (*shape, self.rotary_dim), dt, inv_freq) for _ in range(2))
         if self.mrope_section is not None:
             return _rope.mrope_cos_sin(
                 positions, inv_freq, self.mrope_section, interleaved=self.mrope_interleaved, layout=self.layout,

@@ -17,6 +17,11 @@ shared position row's gradient is d_out summed over B by torch first, as a
 broadcast add's backward sums it, then per row. padding_idx (token rows) and
 pos_padding_idx (position rows, RoBERTa's) get no gradient, as
 nn.Embedding's padding_idx.
+
+Under forward-mode AD and torch.func the op goes through _ComposeTyped, an
+autograd.Function with setup_context, jvp (the sum is linear in the three
+tables: its tangent is the same sum of their tangents) and vmap (one call
+per batch element); fake tensors go through the op's fake kernel.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import torch
 from torch import Tensor
 
 from . import _core
-from ._torch_ops import _compose_backward_op, plain, require_cpu
+from ._torch_ops import _compose_backward_op, _ComposeBackward, by_element, direct, plain, require_cpu, transformed
+from ._torch_ops import fake_empty, require_host
 
 KERNEL = "tokpos::compose_typed"
 NAMES = ("ids", "token_table", "type_ids", "type_table", "pos_table", "position_ids")
@@ -38,7 +44,7 @@ def compose_typed_kernel(ids, token_table, type_ids, type_table, pos_table, posi
     require_cpu(where, NAMES, ids, token_table, type_ids, type_table, pos_table, position_ids)
     if ids.dim() == 2 and position_ids.dim() == 2 and position_ids.shape[0] == 1:
         position_ids = position_ids.expand(ids.shape[0], -1).contiguous()
-    out = torch.empty([*ids.shape, token_table.shape[-1]], dtype=token_table.dtype)
+    out = torch.empty([*ids.shape, token_table.shape[-1]], dtype=token_table.dtype, device="cpu")
     _core.compose_typed(
         out,
         plain(ids),
@@ -70,10 +76,13 @@ def _compose_typed_op(
 
 @_compose_typed_op.register_fake
 def _compose_typed_fake(ids, token_table, type_ids, type_table, pos_table, position_ids, padding_idx, pos_padding_idx):
-    require_cpu(KERNEL, NAMES, ids, token_table, type_ids, type_table, pos_table, position_ids)
+    require_host(KERNEL, NAMES, ids, token_table, type_ids, type_table, pos_table, position_ids)
     torch._check(token_table.dim() == 2, lambda: f"{KERNEL}: token_table must be 2-D")
     torch._check(ids.dim() in (1, 2), lambda: f"{KERNEL}: ids must be 1-D or 2-D")
-    return token_table.new_empty([*ids.shape, token_table.shape[1]])
+    return fake_empty(
+        token_table, [*ids.shape, token_table.shape[1]], token_table.dtype,
+        ids, type_ids, type_table, pos_table, position_ids,
+    )
 
 
 def _setup_context(ctx, inputs, output):
@@ -83,9 +92,9 @@ def _setup_context(ctx, inputs, output):
     ctx.padding = (padding_idx, -1, pos_padding_idx)
 
 
-def _backward(ctx, d_out):
+def _backward(ctx, d_out, backward_op=_compose_backward_op):
     # One compose_backward per table, its index tensor as the "ids" of a token table.
-    ids, type_ids, position_ids = ctx.saved_tensors
+    ids, type_ids, position_ids = ctx.saved_tensors[:3]
     wanted = (ctx.needs_input_grad[1], ctx.needs_input_grad[3], ctx.needs_input_grad[4])
     d_outs = [d_out, d_out, d_out]
     if ids.dim() == 2 and position_ids.dim() == 2 and position_ids.shape[0] == 1:
@@ -95,7 +104,7 @@ def _backward(ctx, d_out):
         position_ids = position_ids.reshape(-1)
     grads = []
     for g, index, rows, padding, want in zip(d_outs, (ids, type_ids, position_ids), ctx.rows, ctx.padding, wanted):
-        grads.append(_compose_backward_op(g, index, None, 0, rows, 0, padding)[0] if want else None)
+        grads.append(backward_op(g, index, None, 0, rows, 0, padding, False)[0] if want else None)
     d_tok, d_type, d_pos = grads
     return None, d_tok, None, d_type, d_pos, None, None, None
 
@@ -103,13 +112,56 @@ def _backward(ctx, d_out):
 _compose_typed_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-def compose_typed(ids, token_table, type_ids, type_table, pos_table, position_ids, padding_idx, pos_padding_idx, where):
-    """The op when autograd or the compiler needs it, else the kernel
-    directly; where names the caller in the CPU check."""
-    tables = (token_table, type_table, pos_table)
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(t.requires_grad for t in tables)):
-        require_cpu(where, NAMES, ids, token_table, type_ids, type_table, pos_table, position_ids)
+class _ComposeTyped(torch.autograd.Function):
+    """tokpos::compose_typed with setup_context, backward, jvp and vmap."""
+
+    @staticmethod
+    def forward(ids, token_table, type_ids, type_table, pos_table, position_ids, padding_idx, pos_padding_idx):
         return _compose_typed_op(
             ids, token_table, type_ids, type_table, pos_table, position_ids, padding_idx, pos_padding_idx
         )
-    return compose_typed_kernel(ids, token_table, type_ids, type_table, pos_table, position_ids, where)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0], inputs[2], inputs[5])
+        ctx.shapes = tuple((tuple(t.shape), t.dtype, t.device) for t in (inputs[1], inputs[3], inputs[4]))
+        ctx.set_materialize_grads(False)  # a table without a tangent gets None in jvp, not a zero table
+
+    @staticmethod
+    def backward(ctx, d_out):
+        if d_out is None:
+            return (None,) * 8
+        return _backward(ctx, d_out, _ComposeBackward.apply)
+
+    @staticmethod
+    def jvp(ctx, ids_t, token_t, type_ids_t, type_t, pos_t, *_):
+        ids, type_ids, position_ids = ctx.saved_tensors
+        tangents = [
+            t if t is not None else torch.zeros(shape, dtype=dtype, device=device)
+            for t, (shape, dtype, device) in zip((token_t, type_t, pos_t), ctx.shapes)
+        ]
+        return _ComposeTyped.apply(ids, tangents[0], type_ids, tangents[1], tangents[2], position_ids, -1, -1)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return by_element(_ComposeTyped.apply, info, in_dims, *args)
+
+
+def compose_typed(ids, token_table, type_ids, type_table, pos_table, position_ids, padding_idx, pos_padding_idx, where):
+    """The kernel directly for plain CPU tensors when nothing needs
+    autograd; _ComposeTyped under forward-mode AD and torch.func; else the
+    op (autograd, the compiler, fake tensors). where names the caller in the
+    CPU check (a meta tensor is refused by name here)."""
+    tables = (token_table, type_table, pos_table)
+    tensors = (ids, token_table, type_ids, type_table, pos_table, position_ids)
+    args = (*tensors, padding_idx, pos_padding_idx)
+    if not torch.compiler.is_compiling():
+        if direct(*tensors):
+            if not (torch.is_grad_enabled() and any(t.requires_grad for t in tables)):
+                return compose_typed_kernel(*tensors, where)
+        elif transformed(*tensors):
+            require_cpu(where, NAMES, *tensors)
+            return _ComposeTyped.apply(*args)
+    require_cpu(where, NAMES, *tensors)
+    return _compose_typed_op(*args)

@@ -17,6 +17,13 @@ copies). Autograd goes through custom operators in the "tokpos" namespace
 with torch.library.custom_op, so the modules work under autograd and under
 torch.compile(fullgraph=True), and each op passes torch.library.opcheck.
 
+Every op and module also works under fake tensors (FakeTensorMode, as
+torch.compile and torch.export trace), meta tensors (a meta result of the
+right shape; modules built with device="meta", under torch.device("meta")
+or FakeTensorMode from shapes alone), forward-mode AD (torch.autograd.forward_ad,
+torch.func.jvp: the tangent through the same kernels) and torch.func (grad,
+vmap, jacrev, hessian), or raises an error naming what it does not support.
+
 Gradients are accumulated in float32 in a fixed order: each table row sums
 its contributions in increasing (b, t) order, bitwise identical for any
 thread count (tokpos.set_num_threads) and equal to torch.nn.Embedding's
@@ -28,7 +35,8 @@ the call is not being compiled, forward calls the kernel directly, skipping
 the operator dispatch: the decode step of a generation loop costs one kernel
 call plus an output allocation.
 
-Only CPU tensors are supported; ids are int32 or int64, tables float32,
+Only CPU tensors are computed on (meta ones give meta results, another
+device is a ValueError naming it); ids are int32 or int64, tables float32,
 bfloat16 or float16. tokpos.torch needs torch >= 2.4
 (torch.library.custom_op); importing it with an older torch raises
 ImportError naming both versions.
