@@ -25,7 +25,17 @@ the all-gathered d_out the token gradient needs anyway), so it is the
 one-process gradient, identical on every rank, with no extra communication.
 
 The autograd is a torch.autograd.Function (a custom op cannot carry a process
-group argument); the kernels it calls are the core's shard ops.
+group argument); the kernels it calls are the core's shard ops. It has
+setup_context, jvp and vmap, and its backward is an autograd.Function too,
+so forward-mode AD and torch.func (jvp, grad, jacrev, jacfwd, hessian, vmap)
+get the tangents and gradients by the same kernels and collectives (the
+output is linear in the tables: the tangent is the same function of their
+tangents, and the backward's backward is the forward). Meta and fake
+tensors (and FakeTensorMode around real ones) give outputs and gradients of
+the right shape from shapes alone, with no kernel and no communication, and
+a module built on the meta device or inside FakeTensorMode draws nothing
+(the has_data test of _torch_ops, as TokenEmbedding's). A graph tracer
+(make_fx, torch.export) is refused by name.
 
 Every id is checked against [0, V) by the kernel before any communication:
 ids being the same on every rank (they are replicated, as in Megatron), a bad
@@ -41,6 +51,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from . import _core
 from ._arrays import INT64_MIN as _INT64_MIN
@@ -49,9 +60,12 @@ from ._torch_modules import PositionalEmbedding as _PositionalEmbedding
 from ._torch_modules import check_composer_parts as _check_composer_parts
 from ._torch_modules import check_int as _check_int
 from ._torch_modules import check_seed as _check_seed
+from ._torch_ops import by_element as _by_element
+from ._torch_ops import fake_empty as _fake_empty
+from ._torch_ops import has_data as _has_data
 from ._torch_ops import lazy_zeros as _lazy_zeros
 from ._torch_ops import plain as _plain
-from ._torch_ops import require_cpu as _require_cpu
+from ._torch_ops import require_host as _require_host
 
 __all__ = ["VocabParallelComposer", "VocabParallelEmbedding"]
 
@@ -111,97 +125,258 @@ def _gather_t(local_bsd: Tensor, world: int, group) -> Tensor:
     return full.permute(1, 0, 2)
 
 
+_NAMES = ("ids", "weight", "position.weight", "position_ids")
+_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def _graph_tracer() -> bool:
+    """True while make_fx or torch.export records a graph (their proxy
+    mode, pre-dispatch included): the collectives are no operator such a
+    graph can hold, and a graph of the shapes alone would compute nothing."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    return get_proxy_mode() is not None
+
+
+def _refuse(where: str, names: tuple, tensors: tuple) -> None:
+    """RuntimeError under a graph tracer, or for a tensor that holds no
+    memory of its own and is neither meta nor fake (a torch.func wrapper
+    the autograd.Functions did not unwrap, another subclass)."""
+    if _graph_tracer():
+        raise RuntimeError(
+            f"{where}: tracing into a graph (torch.export, make_fx) is not supported: the reduction across "
+            "ranks is no operator a graph can hold; call the module eagerly"
+        )
+    for name, t in zip(names, tensors):
+        if t is not None and not (_has_data(t) or t.device.type == "meta" or isinstance(t, FakeTensor)):
+            what = "a torch.func transform's wrapper" if _wrapped(t) else f"a {type(t).__name__}"
+            raise RuntimeError(
+                f"{where}: {name} is {what}, which is not supported here: only plain CPU tensors (computed on), "
+                "meta tensors and fake tensors (FakeTensorMode; shapes alone) are"
+            )
+
+
+def _shapes_only(where: str, tensors: tuple, shape: tuple) -> Tensor:
+    """The result of a call on tensors without data (meta or fake tensors,
+    or real ones under FakeTensorMode): an empty float32 tensor of shape,
+    meta when any input is (fake_empty), fake under FakeTensorMode. Nothing
+    is read or communicated."""
+    _refuse(where, _NAMES, tensors)
+    ids, shard, pos_table, position_ids = tensors
+    if shard.dim() != 2:
+        raise ValueError(f"{where}: weight must be 2-D, got {shard.dim()}-D")
+    if pos_table is not None and (pos_table.dim() != 2 or pos_table.shape[1] != shard.shape[1]):
+        raise ValueError(f"{where}: the position table must be (L, {shard.shape[1]}), got {tuple(pos_table.shape)}")
+    if position_ids is not None and position_ids.shape != ids.shape:
+        raise ValueError(
+            f"{where}: position_ids must have the shape of ids {tuple(ids.shape)}, got {tuple(position_ids.shape)}"
+        )
+    return _fake_empty(shard, shape, _F32, ids, pos_table, position_ids)
+
+
+def _compose_values(ids, shard, pos_table, position_ids, start, vpe, sp) -> Tensor:
+    """reduce(compose_shard(ids, shard)) + pos rows: (B, T, D), or (B, T/n, D)
+    with sequence_parallel. Linear in (shard, pos_table). Tensors without
+    data (meta, fake) give _shapes_only's result, without communication."""
+    B, T = ids.shape
+    D = shard.shape[-1]
+    world, rank, group = vpe.world_size, vpe.rank, vpe.group
+    where = "tokpos.torch.VocabParallelComposer" if pos_table is not None else "tokpos.torch.VocabParallelEmbedding"
+    tensors = (ids, shard, pos_table, position_ids)
+    shape = (B, T // world if sp else T, D)
+    if not all(t is None or _has_data(t) for t in tensors):
+        return _shapes_only(where, tensors, shape)
+    # The partial is written T-major when it is reduce-scattered over T,
+    # so the collective's dim 0 is T; compose_shard writes the (B, T, D)
+    # view of it (innermost stride 1).
+    buf = torch.empty((T, B, D) if sp else (B, T, D), dtype=_F32, device="cpu")
+    if not _has_data(buf):  # a fake mode around real tensors: no memory to write
+        return _shapes_only(where, tensors, shape)
+    if _graph_tracer():
+        _refuse(where, (), ())
+    partial = buf.permute(1, 0, 2) if sp else buf
+    # The kernel checks the ids, and the positions (start + t, or
+    # position_ids) against the position table's L rows, before any
+    # communication and alike on every rank. It gets a table of L zero
+    # rows for that (a stride-0 view of one row: x + 0 is x, bar a -0,
+    # which the sum may make +0 anyway); the real rows are added after
+    # the reduction.
+    zeros = None
+    if pos_table is not None:
+        zeros = torch.zeros((1, D), dtype=_F32).expand(pos_table.shape[0], D)
+    _core.compose_shard(
+        partial, _plain(ids), _plain(shard), vpe.vocab_size, vpe.row_begin, zeros, _plain(position_ids),
+        start, where,
+    )
+    if sp:
+        chunk = T // world
+        t0 = rank * chunk
+        out = _reduce_scatter_t(buf, world, group).permute(1, 0, 2)  # (B, chunk, D)
+    else:
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group)
+        out, t0, chunk = buf, 0, T
+    if pos_table is not None:
+        pos = _plain(pos_table)
+        if position_ids is None:
+            rows = pos[start + t0 : start + t0 + chunk].to(_F32).unsqueeze(0)
+        else:
+            rows = pos[_plain(position_ids)[:, t0 : t0 + chunk]].to(_F32)
+        out = torch.add(out, rows, out=torch.empty((B, chunk, D), dtype=_F32)) if sp else out.add_(rows)
+    elif sp:
+        out = out.contiguous()
+    return out
+
+
+def _compose_grads(d_out, ids, position_ids, start, vpe, sp, shard_dtype, pos_rows, pos_dtype):
+    """The transpose of _compose_values: (d_shard (S, D) in shard_dtype,
+    d_pos (pos_rows, D) in pos_dtype), pos_rows 0 or shard_dtype None for a
+    gradient not wanted (a (0, D) tensor in its slot). With sequence_parallel
+    the T slices are all-gathered first. Meta or fake d_out: the shapes
+    alone, without communication."""
+    D = d_out.shape[-1]
+    rows = vpe.shard_rows if shard_dtype is not None else 0
+    tensors = (d_out, ids, position_ids)
+    if not all(t is None or _has_data(t) for t in tensors) or not _has_data(torch.empty(0)):
+        # meta or fake tensors, or FakeTensorMode around real ones
+        _refuse("tokpos.torch.VocabParallelComposer.backward", ("d_out", "ids", "position_ids"), tensors)
+        return (
+            _fake_empty(d_out, (rows, D), shard_dtype or _F32, ids, position_ids),
+            _fake_empty(d_out, (pos_rows, D), pos_dtype or _F32, ids, position_ids),
+        )
+    if _graph_tracer():
+        _refuse("tokpos.torch.VocabParallelComposer.backward", (), ())
+    d_out = d_out.to(_F32)
+    if sp:
+        # Backward of the reduce-scatter: every rank needs the whole d_out.
+        d_full = _gather_t(d_out.contiguous(), vpe.world_size, vpe.group)
+    else:
+        # Backward of the all-reduce: the identity (d_out is replicated).
+        d_full = d_out if d_out.stride(-1) == 1 else d_out.contiguous()
+    d_shard = _lazy_zeros(rows, D) if rows else None
+    d_pos = _lazy_zeros(pos_rows, D) if pos_rows else None
+    _core.compose_shard_backward(
+        d_shard,
+        d_pos,
+        d_full,
+        _plain(ids),
+        vpe.vocab_size,
+        vpe.row_begin,
+        _plain(position_ids),
+        start,
+        -1,
+        "tokpos.torch.VocabParallelComposer.backward",
+    )
+    if d_shard is None:
+        d_shard = torch.empty((0, D), dtype=_F32)
+    elif shard_dtype != _F32:
+        d_shard = d_shard.to(shard_dtype)
+    if d_pos is None:
+        d_pos = torch.empty((0, D), dtype=_F32)
+    elif pos_dtype != _F32:
+        d_pos = d_pos.to(pos_dtype)
+    return d_shard, d_pos
+
+
 class _VocabParallelCompose(torch.autograd.Function):
     """out = reduce(compose_shard(ids, shard)) + pos rows.
 
-    forward(ids (B, T), shard (S, D), pos_table (L, D) or None, position_ids
-    (B, T) or None, start, layer) -> (B, T, D), or (B, T/n, D) with
-    sequence_parallel."""
+    apply(ids (B, T), shard (S, D), pos_table (L, D) or None, position_ids
+    (B, T) or None, start, vpe, sp) -> (B, T, D), or (B, T/n, D) with
+    sequence_parallel sp. With setup_context, so forward-mode AD and
+    torch.func take it: jvp is the same function of the tables' tangents
+    (it is linear in them), with the same collectives, so every rank must
+    give a tangent to the same call (a missing one is a zero table); the
+    backward is _VocabParallelComposeBackward, whose own backward is this
+    function again; vmap is one call per batch element, each with its
+    collectives."""
 
     @staticmethod
-    def forward(ctx, ids, shard, pos_table, position_ids, start, layer):
-        vpe, sp = layer
-        B, T = ids.shape
-        D = shard.shape[1]
-        world, rank, group = vpe.world_size, vpe.rank, vpe.group
-        where = "tokpos.torch.VocabParallelComposer" if pos_table is not None else "tokpos.torch.VocabParallelEmbedding"
-        # The partial is written T-major when it is reduce-scattered over T,
-        # so the collective's dim 0 is T; compose_shard writes the (B, T, D)
-        # view of it (innermost stride 1).
-        buf = torch.empty((T, B, D) if sp else (B, T, D), dtype=_F32)
-        partial = buf.permute(1, 0, 2) if sp else buf
-        # The kernel checks the ids, and the positions (start + t, or
-        # position_ids) against the position table's L rows, before any
-        # communication and alike on every rank. It gets a table of L zero
-        # rows for that (a stride-0 view of one row: x + 0 is x, bar a -0,
-        # which the sum may make +0 anyway); the real rows are added after
-        # the reduction.
-        zeros = None
-        if pos_table is not None:
-            zeros = torch.zeros((1, D), dtype=_F32).expand(pos_table.shape[0], D)
-        _core.compose_shard(
-            partial, _plain(ids), _plain(shard), vpe.vocab_size, vpe.row_begin, zeros, _plain(position_ids),
-            start, where,
-        )
-        if sp:
-            chunk = T // world
-            t0 = rank * chunk
-            out = _reduce_scatter_t(buf, world, group).permute(1, 0, 2)  # (B, chunk, D)
-        else:
-            dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group)
-            out, t0, chunk = buf, 0, T
-        if pos_table is not None:
-            pos = _plain(pos_table)
-            if position_ids is None:
-                rows = pos[start + t0 : start + t0 + chunk].to(_F32).unsqueeze(0)
-            else:
-                rows = pos[_plain(position_ids)[:, t0 : t0 + chunk]].to(_F32)
-            out = torch.add(out, rows, out=torch.empty((B, chunk, D), dtype=_F32)) if sp else out.add_(rows)
-        elif sp:
-            out = out.contiguous()
+    def forward(ids, shard, pos_table, position_ids, start, vpe, sp):
+        return _compose_values(ids, shard, pos_table, position_ids, start, vpe, sp)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ids, shard, pos_table, position_ids, start, vpe, sp = inputs
         ctx.save_for_backward(ids, position_ids)
-        ctx.start = start
-        ctx.layer = layer
+        ctx.save_for_forward(ids, position_ids)
+        ctx.args = (start, vpe, sp)
         ctx.pos_rows = 0 if pos_table is None else pos_table.shape[0]
         ctx.pos_dtype = None if pos_table is None else pos_table.dtype
         ctx.shard_dtype = shard.dtype
-        return out
+        ctx.shard_shape = tuple(shard.shape)
 
     @staticmethod
     def backward(ctx, d_out):
         ids, position_ids = ctx.saved_tensors
-        vpe, sp = ctx.layer
         want_shard = ctx.needs_input_grad[1]
         want_pos = ctx.needs_input_grad[2]
-        if not (want_shard or want_pos):
-            return None, None, None, None, None, None
-        d_out = d_out.to(_F32)
-        if sp:
-            # Backward of the reduce-scatter: every rank needs the whole d_out.
-            d_full = _gather_t(d_out.contiguous(), vpe.world_size, vpe.group)
-        else:
-            # Backward of the all-reduce: the identity (d_out is replicated).
-            d_full = d_out if d_out.stride(-1) == 1 else d_out.contiguous()
-        D = d_full.shape[-1]
-        d_shard = _lazy_zeros(vpe.shard_rows, D) if want_shard else None
-        d_pos = _lazy_zeros(ctx.pos_rows, D) if want_pos else None
-        _core.compose_shard_backward(
-            d_shard,
-            d_pos,
-            d_full,
-            _plain(ids),
-            vpe.vocab_size,
-            vpe.row_begin,
-            _plain(position_ids),
-            ctx.start,
-            -1,
-            "tokpos.torch.VocabParallelComposer.backward",
+        if d_out is None or not (want_shard or want_pos):
+            return None, None, None, None, None, None, None
+        d_shard, d_pos = _VocabParallelComposeBackward.apply(
+            d_out, ids, position_ids, *ctx.args, ctx.shard_dtype if want_shard else None,
+            ctx.pos_rows if want_pos else 0, ctx.pos_dtype,
         )
-        if d_shard is not None and ctx.shard_dtype != _F32:
-            d_shard = d_shard.to(ctx.shard_dtype)
-        if d_pos is not None and ctx.pos_dtype != _F32:
-            d_pos = d_pos.to(ctx.pos_dtype)
-        return None, d_shard, d_pos, None, None, None
+        return None, d_shard if want_shard else None, d_pos if want_pos else None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, ids_t, shard_t, pos_t, *_):
+        ids, position_ids = ctx.saved_tensors
+        if shard_t is None:
+            shard_t = torch.zeros(ctx.shard_shape, dtype=ctx.shard_dtype, device=ids.device)
+        if ctx.pos_rows and pos_t is None:
+            pos_t = torch.zeros((ctx.pos_rows, ctx.shard_shape[1]), dtype=ctx.pos_dtype, device=ids.device)
+        return _VocabParallelCompose.apply(ids, shard_t, pos_t, position_ids, *ctx.args)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return _by_element(_VocabParallelCompose.apply, info, in_dims, *args)
+
+
+class _VocabParallelComposeBackward(torch.autograd.Function):
+    """_compose_grads as an autograd.Function: linear in d_out, so its jvp
+    is itself on the tangent and its backward is _VocabParallelCompose on
+    the gradients (the transpose of a transpose), which is what torch.func's
+    grad, jacrev and hessian need."""
+
+    @staticmethod
+    def forward(d_out, ids, position_ids, start, vpe, sp, shard_dtype, pos_rows, pos_dtype):
+        return _compose_grads(d_out, ids, position_ids, start, vpe, sp, shard_dtype, pos_rows, pos_dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        d_out, ids, position_ids = inputs[:3]
+        ctx.save_for_backward(ids, position_ids)
+        ctx.save_for_forward(ids, position_ids)
+        ctx.args = inputs[3:]
+        ctx.d_out_dtype = d_out.dtype
+        ctx.shapes = tuple((tuple(t.shape), t.dtype) for t in output)
+
+    @staticmethod
+    def backward(ctx, g_shard, g_pos):
+        ids, position_ids = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return (None,) * 9
+        start, vpe, sp, shard_dtype, pos_rows, pos_dtype = ctx.args
+        (shard_shape, sdt), (pos_shape, pdt) = ctx.shapes
+        if shard_dtype is None:  # its slot is a (0, D) tensor: no rows, so no contribution
+            shard_shape, sdt, g_shard = (vpe.shard_rows, shard_shape[1]), _F32, None
+        if g_shard is None:
+            g_shard = torch.zeros(shard_shape, dtype=sdt, device=ids.device)
+        if pos_rows == 0:
+            g_pos = None
+        elif g_pos is None:
+            g_pos = torch.zeros(pos_shape, dtype=pdt, device=ids.device)
+        d_d_out = _VocabParallelCompose.apply(ids, g_shard, g_pos, position_ids, start, vpe, sp)
+        return d_d_out.to(ctx.d_out_dtype), None, None, None, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, d_out_t, *_):
+        ids, position_ids = ctx.saved_tensors
+        return _VocabParallelComposeBackward.apply(d_out_t, ids, position_ids, *ctx.args)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return _by_element(_VocabParallelComposeBackward.apply, info, in_dims, *args)
 
 
 def _check_ids(ids, where: str) -> Tensor:
@@ -211,7 +386,7 @@ def _check_ids(ids, where: str) -> Tensor:
         raise ValueError(f"{where}: ids must be a torch tensor, got {type(ids).__name__}")
     if ids.dim() not in (1, 2):
         raise ValueError(f"{where}: ids must be (B, T) or (T), got {ids.dim()}-D")
-    _require_cpu(where, ("ids",), ids)
+    _require_host(where, ("ids",), ids)
     return ids
 
 
@@ -226,7 +401,14 @@ class VocabParallelEmbedding(nn.Module):
     output on every rank (all_reduce of the shards' partials).
 
     group None is the default process group (torch.distributed must be
-    initialised). ids must be the same on every rank of the group."""
+    initialised). ids must be the same on every rank of the group.
+
+    device is the shard's (torch.nn.Embedding's factory argument):
+    device="meta", torch.device("meta") as a context, torch.nn.utils.skip_init
+    and FakeTensorMode build the module from shapes alone, drawing nothing;
+    its values come later (to_empty, then reset_parameters or
+    load_state_dict). A meta or fake input gives a meta or fake output of
+    the right shape, with no communication."""
 
     def __init__(
         self,
@@ -237,12 +419,13 @@ class VocabParallelEmbedding(nn.Module):
         pad_vocab_to_multiple_of: int = 1,
         seed: int = 0,
         init_std: float = 0.02,
+        device=None,
     ) -> None:
         super().__init__()
         self._setup(vocab_size, dim, group, pad_vocab_to_multiple_of)
         self.seed = _check_seed(seed)
         self.init_std = _real("init_std", init_std)
-        self.weight = nn.Parameter(torch.zeros((self.shard_rows, self.dim), dtype=_F32))
+        self.weight = nn.Parameter(torch.zeros((self.shard_rows, self.dim), dtype=_F32, device=device))
         self.reset_parameters()
 
     def _setup(self, vocab_size, dim, group, pad_vocab_to_multiple_of) -> None:
@@ -267,9 +450,14 @@ class VocabParallelEmbedding(nn.Module):
         """Redraws the shard's real rows from (seed, TOKEN_TABLE_STREAM) at
         their global offsets; padding rows are zero. init_std is checked as
         the C++ modules check it on every rank, one without real rows too, so
-        all ranks raise the same error."""
+        all ranks raise the same error. A meta or fake weight (shapes alone)
+        is left as it is."""
+        if not _has_data(self.weight):
+            return
         with torch.no_grad():
             shard = torch.zeros((self.shard_rows, self.dim), dtype=_F32, device="cpu")
+            if not _has_data(shard):  # a fake mode around a real module: nothing real to draw into
+                return
             n = self.num_real_rows
             _core.init_table(
                 shard[:n], self.seed, _core.TOKEN_TABLE_STREAM, self.init_std, self.row_begin * self.dim,
@@ -280,10 +468,10 @@ class VocabParallelEmbedding(nn.Module):
     def forward(self, ids: Tensor) -> Tensor:
         """ids (B, T) -> (B, T, D); (N) -> (N, D); the same on every rank."""
         ids = _check_ids(ids, "tokpos.torch.VocabParallelEmbedding")
-        _require_cpu("tokpos.torch.VocabParallelEmbedding", ("weight",), self.weight)
+        _require_host("tokpos.torch.VocabParallelEmbedding", ("weight",), self.weight)
         flat = ids.dim() == 1
         ids2 = ids.unsqueeze(0) if flat else ids
-        out = _VocabParallelCompose.apply(ids2, self.weight, None, None, 0, (self, False))
+        out = _VocabParallelCompose.apply(ids2, self.weight, None, None, 0, self, False)
         return out.squeeze(0) if flat else out
 
     # -- safetensors ---------------------------------------------------------
@@ -300,7 +488,9 @@ class VocabParallelEmbedding(nn.Module):
         missing or not a regular file (a FIFO is refused at once, without
         waiting for a writer), a corrupt header or a byte range past the end
         of the file raise OSError; an absent tensor, another dtype or a
-        shape that is not 2-D raise ValueError."""
+        shape that is not 2-D raise ValueError. Under FakeTensorMode the
+        header is read and validated, and the module is built from its
+        shapes alone (a fake shard, no rows read)."""
         where = "tokpos.torch.VocabParallelEmbedding.from_safetensors"
         f = _core.SafetensorsFile.open(os.fsdecode(path))
         dtype, shape = f.info(tensor_name)
@@ -316,7 +506,7 @@ class VocabParallelEmbedding(nn.Module):
         module.init_std = 0.0
         shard = torch.zeros((module.shard_rows, D), dtype=_F32, device="cpu")
         n = module.num_real_rows
-        if n:
+        if n and _has_data(shard):
             f.read_rows(tensor_name, module.row_begin, shard[:n])
         module.weight = nn.Parameter(shard)
         return module
@@ -324,8 +514,14 @@ class VocabParallelEmbedding(nn.Module):
     def full_table(self, dst: Optional[int] = 0) -> Optional[Tensor]:
         """The (V, D) table gathered from every rank, padding rows dropped:
         on the group rank dst only (None elsewhere), or on every rank with
-        dst=None. A collective: every rank must call it."""
+        dst=None. A collective: every rank must call it. A meta or fake
+        shard (no values) is a RuntimeError, on every rank alike."""
         shard = self.weight.detach().contiguous()
+        if not _has_data(shard) or not _has_data(torch.empty(0)):
+            raise RuntimeError(
+                "tokpos.torch.VocabParallelEmbedding.full_table: the shard has no values to gather (a meta or "
+                "fake tensor, or a FakeTensorMode is active); give it values first (to_empty, load_state_dict)"
+            )
         if dst is None:
             parts = [torch.empty_like(shard) for _ in range(self.world_size)]
             dist.all_gather(parts, shard, group=self.group)
@@ -406,7 +602,7 @@ class VocabParallelComposer(nn.Module):
         sequence_parallel (B, T/n, D) (or (T/n, D))."""
         where = "tokpos.torch.VocabParallelComposer"
         ids = _check_ids(ids, where)
-        _require_cpu(where, ("token.weight", "position.weight"), self.token.weight, self.position.weight)
+        _require_host(where, ("token.weight", "position.weight"), self.token.weight, self.position.weight)
         start = _check_int("start", start, _INT64_MIN)  # an int64 for the kernel, which checks its range
         flat = ids.dim() == 1
         ids2 = ids.unsqueeze(0) if flat else ids
@@ -420,10 +616,10 @@ class VocabParallelComposer(nn.Module):
         if position_ids is not None:
             if not isinstance(position_ids, Tensor):
                 raise ValueError(f"{where}: position_ids must be a torch tensor, got {type(position_ids).__name__}")
-            _require_cpu(where, ("position_ids",), position_ids)
+            _require_host(where, ("position_ids",), position_ids)
             pos2 = position_ids.unsqueeze(0) if flat and position_ids.dim() == 1 else position_ids
         # The kernel checks ids and positions before any communication.
         out = _VocabParallelCompose.apply(
-            ids2, self.token.weight, self.position.weight, pos2, start, (self.token, self.sequence_parallel)
+            ids2, self.token.weight, self.position.weight, pos2, start, self.token, self.sequence_parallel
         )
         return out.squeeze(0) if flat else out
