@@ -45,7 +45,7 @@ nb::object value_object(const GgufValue& v) {
     case GgufType::kArray: {
       nb::list items;
       for (uint64_t i = 0; i < v.size(); ++i) items.append(value_object(v.at(i)));
-      return std::move(items);
+      return items;
     }
     default: return nb::int_(v.to_uint64());
   }
