@@ -199,16 +199,7 @@ def plan(model) -> _fallback.Plan | None:
             fused.append((m, forward))
             continue
         why = _fallback.changed_sources(FAMILY, changed)
-        for table in TABLES:
-            embedding = getattr(m, table, None)
-            if not _fallback.replaceable(embedding):
-                raise _fallback.refusal(
-                    FAMILY,
-                    f"{why}, and {prefix}{table} is a {type(embedding).__name__}, not an nn.Embedding "
-                    "that tokpos.torch.Embedding can stand in for",
-                )
-            result.steps.append(_fallback.to_tokpos_embedding(embedding))
-            result.replaced.append(prefix + table)
+        result.replace_tables(m, TABLES, prefix, why)
         unfused.setdefault(why, type(m).__name__)
     for why, cls in unfused.items():
         result.unfused.append((f"{cls}'s word + token type + position sum", why))

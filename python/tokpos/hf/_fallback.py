@@ -43,6 +43,21 @@ class Plan:
     unfused: list = field(default_factory=list)
     replaced: list = field(default_factory=list)
 
+    def replace_tables(self, module, tables, prefix: str, why: str) -> None:
+        """Plans each of module's tables (an nn.Embedding) to become a
+        tokpos.torch.Embedding, named prefix + table; refuses, before any
+        change, where one is something else."""
+        for table in tables:
+            embedding = getattr(module, table, None)
+            if not replaceable(embedding):
+                raise refusal(
+                    self.family,
+                    f"{why}, and {prefix}{table} is a {type(embedding).__name__}, not an nn.Embedding "
+                    "that tokpos.torch.Embedding can stand in for",
+                )
+            self.steps.append(to_tokpos_embedding(embedding))
+            self.replaced.append(prefix + table)
+
     def apply(self, stacklevel: int = 3) -> list[str]:
         for step in self.steps:
             step()

@@ -309,17 +309,7 @@ def plan(model) -> _fallback.Plan | None:
         return result
     why = _fallback.changed_sources(FAMILY, [FORWARD])
     for name, m in found:
-        prefix = f"{name}." if name else ""
-        for table in ("wte", "wpe"):
-            embedding = getattr(m, table, None)
-            if not _fallback.replaceable(embedding):
-                raise _fallback.refusal(
-                    FAMILY,
-                    f"{why}, and {prefix}{table} is a {type(embedding).__name__}, not an nn.Embedding "
-                    "that tokpos.torch.Embedding can stand in for",
-                )
-            result.steps.append(_fallback.to_tokpos_embedding(embedding))
-            result.replaced.append(f"{prefix}{table}")
+        result.replace_tables(m, ("wte", "wpe"), f"{name}." if name else "", why)
     result.unfused.append(("the token and position lookups and their sum", why))
     return result
 
