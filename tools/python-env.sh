@@ -43,6 +43,13 @@ if [ ${#need[@]} -gt 0 ]; then
   "$venv/bin/python" -m pip install -q "${need[@]}"
 fi
 echo "tokpos: building the Python package into $venv (pip install .)" >&2
+# The compilers BUILD_DIR was configured with (the same path too: ccache keys
+# on it), so the wheel's objects are the cache's copies of BUILD_DIR's.
+compilers=()
+for lang in C CXX; do
+  c=$(sed -n "s/^CMAKE_${lang}_COMPILER:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null || true)
+  [ -n "$c" ] && compilers+=(-C "cmake.define.CMAKE_${lang}_COMPILER=$c")
+done
 CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)} \
   "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps \
-  -C build-dir="$build-wheel" -C cmake.define.TOKPOS_WERROR=ON "$root"
+  -C build-dir="$build-wheel" -C cmake.define.TOKPOS_WERROR=ON "${compilers[@]}" "$root"
