@@ -258,16 +258,7 @@ TrainedComparison compare_trained(const PlotOptions& o) {
                     std::to_string(frontend::kPlotDim.min) + " to " + std::to_string(frontend::kPlotDim.max) +
                     " dimensions");
   }
-  // The pictures need numbers: a NaN or infinity (a damaged file) is named, not drawn as noise.
-  for (size_t i = 0; i < c.trained.table.size(); ++i) {
-    if (!std::isfinite(c.trained.table[i])) {
-      throw Error(Status::kInvalidArgument,
-                  "tokpos plot: the position table of '" + c.trained.file_name + "' holds " +
-                      fmt("%g", c.trained.table[i]) + " at position " + std::to_string(static_cast<int64_t>(i) / D) +
-                      ", dimension " + std::to_string(static_cast<int64_t>(i) % D) +
-                      "; tokpos plot draws finite values only");
-    }
-  }
+  // A NaN or infinity (a damaged file) was refused by the loader, naming the row and column.
   c.sinusoidal = position_table(L, D, 0, TableOptions{.layout = layout, .base = o.base});
   c.by_offset_trained = cosine_by_offset(c.trained.table, L, D, L - 1);
   c.by_offset_sinusoidal = cosine_by_offset(c.sinusoidal, L, D, L - 1);
