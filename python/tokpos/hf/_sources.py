@@ -64,25 +64,25 @@ MIRRORED = {
 # BEGIN RECORDED
 RECORDED: dict = {
     "GPT-2": {
-        "transformers.models.gpt2.modeling_gpt2:GPT2Model.forward": {"cb1098993668e97a": "5.24.0"},
+        "transformers.models.gpt2.modeling_gpt2:GPT2Model.forward": {"cb1098993668e97a": "5.24.0, 5.25.0"},
     },
     "BERT/RoBERTa": {
-        "transformers.models.bert.modeling_bert:BertEmbeddings.forward": {"2087b90cd98a400f": "5.24.0"},
-        "transformers.models.roberta.modeling_roberta:RobertaEmbeddings.forward": {"0a5428764c6e51a3": "5.24.0"},
-        "transformers.models.roberta.modeling_roberta:RobertaEmbeddings.create_position_ids_from_input_ids": {"b0b964e266afaffb": "5.24.0"},
+        "transformers.models.bert.modeling_bert:BertEmbeddings.forward": {"2087b90cd98a400f": "5.24.0, 5.25.0"},
+        "transformers.models.roberta.modeling_roberta:RobertaEmbeddings.forward": {"0a5428764c6e51a3": "5.24.0, 5.25.0"},
+        "transformers.models.roberta.modeling_roberta:RobertaEmbeddings.create_position_ids_from_input_ids": {"b0b964e266afaffb": "5.24.0, 5.25.0"},
     },
     "Llama": {
-        "transformers.models.llama.modeling_llama:LlamaRotaryEmbedding.forward": {"33eb2daa00a27059": "5.24.0"},
-        "transformers.modeling_rope_utils:dynamic_rope_update": {"8f504b9722e9fb67": "5.24.0"},
-        "transformers.models.gemma3.modeling_gemma3:Gemma3RotaryEmbedding.forward": {"fe6beaf18dbf56d4": "5.24.0"},
-        "transformers.models.qwen2_vl.modeling_qwen2_vl:Qwen2VLRotaryEmbedding.forward": {"72cc56d26a1eca4f": "5.24.0"},
-        "transformers.models.qwen2_vl.modeling_qwen2_vl:Qwen2VLRotaryEmbedding.recomposition_frequencies": {"64b8e6be9fbcddc3": "5.24.0"},
-        "transformers.models.qwen3_vl.modeling_qwen3_vl:Qwen3VLTextRotaryEmbedding.forward": {"72cc56d26a1eca4f": "5.24.0"},
-        "transformers.models.qwen3_vl.modeling_qwen3_vl:Qwen3VLTextRotaryEmbedding.recomposition_frequencies": {"942d09ccea340aed": "5.24.0"},
-        "transformers.models.llama.modeling_llama:rotate_half": {"30c863d06a261917": "5.24.0"},
-        "transformers.models.llama.modeling_llama:apply_rotary_pos_emb": {"d20a6ee6dda50e6b": "5.24.0"},
-        "transformers.models.gpt_neox.modeling_gpt_neox:apply_rotary_pos_emb": {"6b5615eed3919cf6": "5.24.0"},
-        "transformers.models.phi3.modeling_phi3:apply_rotary_pos_emb": {"831ee20521302983": "5.24.0"},
+        "transformers.models.llama.modeling_llama:LlamaRotaryEmbedding.forward": {"33eb2daa00a27059": "5.24.0, 5.25.0"},
+        "transformers.modeling_rope_utils:dynamic_rope_update": {"8f504b9722e9fb67": "5.24.0, 5.25.0"},
+        "transformers.models.gemma3.modeling_gemma3:Gemma3RotaryEmbedding.forward": {"fe6beaf18dbf56d4": "5.24.0, 5.25.0"},
+        "transformers.models.qwen2_vl.modeling_qwen2_vl:Qwen2VLRotaryEmbedding.forward": {"72cc56d26a1eca4f": "5.24.0, 5.25.0"},
+        "transformers.models.qwen2_vl.modeling_qwen2_vl:Qwen2VLRotaryEmbedding.recomposition_frequencies": {"64b8e6be9fbcddc3": "5.24.0, 5.25.0"},
+        "transformers.models.qwen3_vl.modeling_qwen3_vl:Qwen3VLTextRotaryEmbedding.forward": {"72cc56d26a1eca4f": "5.24.0, 5.25.0"},
+        "transformers.models.qwen3_vl.modeling_qwen3_vl:Qwen3VLTextRotaryEmbedding.recomposition_frequencies": {"942d09ccea340aed": "5.24.0, 5.25.0"},
+        "transformers.models.llama.modeling_llama:rotate_half": {"30c863d06a261917": "5.24.0, 5.25.0"},
+        "transformers.models.llama.modeling_llama:apply_rotary_pos_emb": {"d20a6ee6dda50e6b": "5.24.0, 5.25.0"},
+        "transformers.models.gpt_neox.modeling_gpt_neox:apply_rotary_pos_emb": {"6b5615eed3919cf6": "5.24.0, 5.25.0"},
+        "transformers.models.phi3.modeling_phi3:apply_rotary_pos_emb": {"831ee20521302983": "5.24.0, 5.25.0"},
     },
 }
 # END RECORDED
