@@ -292,6 +292,22 @@ TEST(Presets, Gpt2FromATinyCheckpoint) {
                {"missing tensor 'nope'"});
 }
 
+// The name a preset reads for a role: the default, the default with a prefix,
+// or the override; a role the preset lacks is named with the preset's roles.
+TEST(Presets, TensorNamesResolveAsTheLoadersReadThem) {
+  const auto file = tokpos::SafetensorsFile::open(data("tiny_gpt2.safetensors"));
+  EXPECT_EQ(tokpos::preset_tensor_name(file, "gpt2", "wpe"), "wpe.weight");
+  EXPECT_EQ(tokpos::preset_tensor_name(file, "gpt2", "wte", {{"wte", "wpe.weight"}}), "wpe.weight");
+  const auto path = scratch("preset_prefixed.safetensors");
+  const std::vector<float> v(6, 0.5f);
+  tokpos::write_safetensors(path, {{"transformer.wpe.weight", "F32", {3, 2}, v.data(), 24}});
+  EXPECT_EQ(tokpos::preset_tensor_name(tokpos::SafetensorsFile::open(path), "gpt2", "wpe"), "transformer.wpe.weight");
+  expect_error([&] { (void)tokpos::preset_tensor_name(file, "gpt2", "position"); }, tokpos::Status::kInvalidArgument,
+               {"'position' is not a role of the 'gpt2' preset", "gpt2: wte, wpe"});
+  expect_error([&] { (void)tokpos::preset_tensor_name(file, "bert", "position"); }, tokpos::Status::kInvalidArgument,
+               {"missing tensor 'embeddings.position_embeddings.weight'"});
+}
+
 // A path: the presets read every table with pread (owned copies, no mapping),
 // so the file may change afterwards; the mapped file's presets still borrow.
 TEST(Presets, FromAPathReadCopiesAndNeverMap) {

@@ -18,6 +18,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tokpos/composer.h"
@@ -32,6 +33,13 @@ namespace tokpos {
 // preset role ("wte", "wpe", "word", "position", "token_type", "ln_weight",
 // "ln_bias") to the name in the file (the CLI's --map).
 using NameMap = std::map<std::string, std::string>;
+
+// The name in `file` of the tensor a preset ("gpt2" or "bert") reads for
+// `role`: the override, else the default, else the default with a prefix, as
+// the loaders below resolve it. A role the preset lacks, or a tensor the file
+// lacks, is an Error(kInvalidArgument) naming it.
+TOKPOS_API std::string preset_tensor_name(const SafetensorsFile& file, std::string_view preset,
+                                          std::string_view role, const NameMap& overrides = {});
 
 // GPT-2: wte (V, D) + wpe (L, D); the LM head is tied to wte
 // (TokenEmbedding::logits / logits_backward). F32 tables are borrowed (above).

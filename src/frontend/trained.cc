@@ -39,21 +39,6 @@ NameMap parse_name_map(std::string_view who, std::string_view preset, const std:
   return names;
 }
 
-namespace {
-
-// The tensor the preset read as its position table: the --map name, else the
-// default with the first prefix the file has (as src/io/presets.cc resolves it).
-std::string position_tensor_name(const SafetensorsFile& f, std::string_view preset, const NameMap& names) {
-  const std::string role = preset == "gpt2" ? "wpe" : "position";
-  if (const auto it = names.find(role); it != names.end()) return it->second;
-  const std::string name = preset == "gpt2" ? "wpe.weight" : "embeddings.position_embeddings.weight";
-  for (const char* prefix : {"", "transformer.", "bert.", "model."})
-    if (f.contains(prefix + name)) return prefix + name;
-  return name;
-}
-
-}  // namespace
-
 TrainedPositions load_trained_positions(const std::string& path, std::string_view preset, const NameMap& names) {
   (void)preset_roles(preset);  // a bad preset is named before the file is read
   const auto file = SafetensorsFile::open(path, SafetensorsFile::Access::kRead);
@@ -72,7 +57,7 @@ TrainedPositions load_trained_positions(const std::string& path, std::string_vie
   if (bad != t.table.end()) {
     const auto i = static_cast<int64_t>(bad - t.table.begin());
     std::ostringstream os;
-    os << path << ": tensor '" << position_tensor_name(file, preset, names) << "', the " << preset
+    os << path << ": tensor '" << preset_tensor_name(file, preset, preset == "gpt2" ? "wpe" : "position", names) << "', the " << preset
        << " preset's position table (L = " << t.max_context << ", D = " << t.dim << "): row " << i / t.dim
        << " holds " << *bad << " at column " << i % t.dim
        << ", the first value that is not finite; every value of a position table must be finite";

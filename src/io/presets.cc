@@ -17,21 +17,25 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return os.str() + "]";
 }
 
-// The file's name for a role: an override, else the default, else the default with a prefix.
-std::string resolve(const SafetensorsFile& f, const NameMap& overrides, const std::string& role,
-                    const std::string& name, const char* preset) {
-  if (const auto it = overrides.find(role); it != overrides.end()) {
-    if (!f.contains(it->second)) {
-      detail::fail(Status::kInvalidArgument, preset, f.path(), ": missing tensor '", it->second,
-                   "' (mapped from ", role, ")");
-    }
-    return it->second;
-  }
-  for (const char* prefix : {"", "transformer.", "bert.", "model."}) {
-    if (f.contains(prefix + name)) return prefix + name;
-  }
-  detail::fail(Status::kInvalidArgument, preset, f.path(), ": missing tensor '", name, "' (the ", role,
-               " table of the ", preset, " preset; map another name with --map ", role, "=NAME)");
+// The default name of each preset's roles: transformers' GPT2Model and BertModel.
+const char* default_name(std::string_view preset, std::string_view role) {
+  struct Role {
+    std::string_view preset, role;
+    const char* name;
+  };
+  static constexpr Role kRoles[] = {
+      {"gpt2", "wte", "wte.weight"},
+      {"gpt2", "wpe", "wpe.weight"},
+      {"bert", "word", "embeddings.word_embeddings.weight"},
+      {"bert", "position", "embeddings.position_embeddings.weight"},
+      {"bert", "token_type", "embeddings.token_type_embeddings.weight"},
+      {"bert", "ln_weight", "embeddings.LayerNorm.weight"},
+      {"bert", "ln_bias", "embeddings.LayerNorm.bias"},
+  };
+  for (const Role& r : kRoles)
+    if (r.preset == preset && r.role == role) return r.name;
+  detail::fail(Status::kInvalidArgument, "preset_tensor_name", "'", role, "' is not a role of the '", preset,
+               "' preset (gpt2: wte, wpe; bert: word, position, token_type, ln_weight, ln_bias)");
 }
 
 // A table from the file: an F32 tensor viewed in place in the mapping (no
@@ -98,6 +102,25 @@ std::unique_ptr<LearnedPositionalEmbedding> position_table(
 
 }  // namespace
 
+// The file's name for a role: an override, else the default, else the default with a prefix.
+std::string preset_tensor_name(const SafetensorsFile& f, std::string_view preset, std::string_view role,
+                               const NameMap& overrides) {
+  const char* name = default_name(preset, role);
+  const std::string where(preset);
+  if (const auto it = overrides.find(std::string(role)); it != overrides.end()) {
+    if (!f.contains(it->second)) {
+      detail::fail(Status::kInvalidArgument, where.c_str(), f.path(), ": missing tensor '", it->second,
+                   "' (mapped from ", role, ")");
+    }
+    return it->second;
+  }
+  for (const char* prefix : {"", "transformer.", "bert.", "model."}) {
+    if (f.contains(prefix + std::string(name))) return prefix + std::string(name);
+  }
+  detail::fail(Status::kInvalidArgument, where.c_str(), f.path(), ": missing tensor '", name, "' (the ", role,
+               " table of the ", preset, " preset; map another name with --map ", role, "=NAME)");
+}
+
 // The presets view the tables in a copy of the file object: it shares the
 // mapping, so the modules keep it alive after the caller's object is gone.
 EmbeddingComposer gpt2_from_safetensors(const SafetensorsFile& file, const NameMap& overrides) {
@@ -105,8 +128,8 @@ EmbeddingComposer gpt2_from_safetensors(const SafetensorsFile& file, const NameM
   const auto keep = std::make_shared<const SafetensorsFile>(file);
   const SafetensorsFile& f = *keep;
   int64_t V, D, L, D2;
-  auto wte = table(f, resolve(f, overrides, "wte", "wte.weight", kPreset), 0, kPreset, &V, &D);
-  auto wpe = table(f, resolve(f, overrides, "wpe", "wpe.weight", kPreset), D, kPreset, &L, &D2);
+  auto wte = table(f, preset_tensor_name(f, kPreset, "wte", overrides), 0, kPreset, &V, &D);
+  auto wpe = table(f, preset_tensor_name(f, kPreset, "wpe", overrides), D, kPreset, &L, &D2);
   return EmbeddingComposer(token_table(std::move(wte), V, D, keep),
                            position_table(std::move(wpe), L, D, keep));
 }
@@ -116,17 +139,17 @@ EmbeddingComposer bert_from_safetensors(const SafetensorsFile& file, double eps,
   const auto keep = std::make_shared<const SafetensorsFile>(file);
   const SafetensorsFile& f = *keep;
   int64_t V, D, L, Ty, unused;
-  auto word = table(f, resolve(f, overrides, "word", "embeddings.word_embeddings.weight", kPreset), 0,
+  auto word = table(f, preset_tensor_name(f, kPreset, "word", overrides), 0,
                     kPreset, &V, &D);
-  auto pos = table(f, resolve(f, overrides, "position", "embeddings.position_embeddings.weight", kPreset), D,
+  auto pos = table(f, preset_tensor_name(f, kPreset, "position", overrides), D,
                    kPreset, &L, &unused);
   auto types =
-      table(f, resolve(f, overrides, "token_type", "embeddings.token_type_embeddings.weight", kPreset), D,
+      table(f, preset_tensor_name(f, kPreset, "token_type", overrides), D,
             kPreset, &Ty, &unused);
   auto gamma =
-      vector_of(f, resolve(f, overrides, "ln_weight", "embeddings.LayerNorm.weight", kPreset), D, kPreset);
+      vector_of(f, preset_tensor_name(f, kPreset, "ln_weight", overrides), D, kPreset);
   auto beta =
-      vector_of(f, resolve(f, overrides, "ln_bias", "embeddings.LayerNorm.bias", kPreset), D, kPreset);
+      vector_of(f, preset_tensor_name(f, kPreset, "ln_bias", overrides), D, kPreset);
   EmbeddingComposer model(token_table(std::move(word), V, D, keep),
                           position_table(std::move(pos), L, D, keep));
   model.set_token_types(token_table(std::move(types), Ty, D, keep));
