@@ -20,12 +20,14 @@
 
 for GPT-2 small, a decode step (16 sequences, one token each, at Llama-2-7B's width), a Llama-2-7B-like shape
 and a hot-row case.
-Each (implementation, shape, threads) runs in its own process, so its peak RSS
-is its own. Prints medians and ratios, checks the speed targets
-(docs/benchmarks.md), and writes bench/results.json.
+Each (implementation, shape) runs in its own process, at each thread count in turn on the same inputs, so
+its peak RSS is its own. Each figure is a median over as many calls as fit in --budget seconds, then over
+--rounds rounds. Prints medians and ratios, checks the speed targets (docs/benchmarks.md), and writes
+bench/results.json. `make bench` runs one round (about 4 minutes on 2 cores); `make bench FULL=1` three
+rounds with four times the budget.
 
     python3 bench/side_by_side.py [--lib build/lib/libtokpos.so] [--peers build/lib/libtokpos_peers.so] [--quick]
-        [--rounds 3] [--shapes gpt2,llama2-7b] [--no-compile] [--impls tokpos,loop,...]
+        [--rounds 1] [--budget 0.25] [--shapes gpt2,llama2-7b] [--no-compile] [--impls tokpos,loop,...]
 """
 import argparse
 import ctypes
@@ -93,8 +95,10 @@ def call(peers, kind, args):
         raise SystemExit(f"peer kind {kind} failed")
 
 
-def c_median_ms(peers, kind, args, reps):
-    t = peers.peer_median_seconds(kind, ctypes.byref(args), reps)
+def c_median_ms(peers, kind, args, most):
+    """As median_ms, timed in C (peer_median_seconds: one untimed call, then the median)."""
+    one = peers.peer_median_seconds(kind, ctypes.byref(args), 1)
+    t = one if one < 0 else peers.peer_median_seconds(kind, ctypes.byref(args), reps_for(one, most))
     if t < 0:
         raise SystemExit(f"peer kind {kind} failed")
     return t * 1e3
@@ -118,14 +122,43 @@ def rss_now_kb():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def median_ms(fn, reps):
+# Each figure is the median of repeated calls: as many as fit in BUDGET_S
+# seconds (after one warm-up call, which sizes the count), at least 3 and at
+# most the shape's cap. A dense 0.6 GB gradient thus gets a few calls and a
+# decode step hundreds, in about the same time. --full lengthens it.
+BUDGET_S = 0.25
+
+
+def reps_for(seconds_per_call, most):
+    return max(3, min(most, int(BUDGET_S / max(seconds_per_call, 1e-9))))
+
+
+def median_ms(fn, most):
+    """Median of fn's calls in ms, fn timed alone (warm-up call first)."""
+    t0 = time.perf_counter()
     fn()
     times = []
-    for _ in range(reps):
+    for _ in range(reps_for(time.perf_counter() - t0, most)):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3
+
+
+def median_timed_ms(once, most):
+    """Median in ms of once(), which times its own part and returns seconds (warm-up call first)."""
+    first = once()
+    return statistics.median(once() for _ in range(reps_for(first, most))) * 1e3
+
+
+_MADE = {}
+
+
+def made(key, make):
+    """One copy per process of a large input, kept for every thread count the worker runs."""
+    if key not in _MADE:
+        _MADE[key] = make()
+    return _MADE[key]
 
 
 def worker(impl, shape_name, threads, lib_path, quick, peers_path):
@@ -147,8 +180,8 @@ def worker(impl, shape_name, threads, lib_path, quick, peers_path):
         # The libtokpos.so asked for, loaded before peers.cc's own link to it.
         ctypes.CDLL(lib_path, mode=ctypes.RTLD_GLOBAL).tokpos_set_num_threads(threads)
         peers = load_peers(peers_path)
-        wte = rng.standard_normal((V, D), dtype=np.float32)
-        wpe = rng.standard_normal((L, D), dtype=np.float32)
+        wte = made(("np", V, D), lambda: rng.standard_normal((V, D), dtype=np.float32))
+        wpe = made(("np", L, D), lambda: rng.standard_normal((L, D), dtype=np.float32))
         out = np.empty((B, T, D), dtype=np.float32)
         d_out = rng.standard_normal((B, T, D), dtype=np.float32)
         g_wte = np.zeros((V, D), dtype=np.float32)
@@ -189,8 +222,8 @@ def worker(impl, shape_name, threads, lib_path, quick, peers_path):
         result["bwd_ms"] = min(result["bwd_serial_ms"], result["bwd_slices_ms"])
     elif impl == "isel":
         import torch
-        wte = torch.randn(V, D)
-        wpe = torch.randn(L, D)
+        wte = made(("torch", V, D), lambda: torch.randn(V, D))
+        wpe = made(("torch", L, D), lambda: torch.randn(L, D))
         flat = torch.from_numpy(ids).reshape(-1)
         out = torch.empty(N, D)
         out3 = out.view(B, T, D)
@@ -212,7 +245,7 @@ def worker(impl, shape_name, threads, lib_path, quick, peers_path):
     elif impl == "ebag":
         import torch
         import torch.nn.functional as F
-        table = torch.cat([torch.randn(V, D), torch.randn(L, D)]).requires_grad_()
+        table = made(("cat", V + L, D), lambda: torch.cat([torch.randn(V, D), torch.randn(L, D)]).requires_grad_())
         flat = torch.from_numpy(ids).reshape(-1)
         bags = torch.stack([flat, V + torch.arange(T).repeat(B)], 1)  # (N, 2): {token, V + position}
         g = torch.randn(N, D)
@@ -226,12 +259,11 @@ def worker(impl, shape_name, threads, lib_path, quick, peers_path):
             t0 = time.perf_counter()
             out.backward(g)
             return time.perf_counter() - t0
-        bwd_once()
-        result["bwd_ms"] = statistics.median(bwd_once() for _ in range(max(3, reps // 2))) * 1e3
+        result["bwd_ms"] = median_timed_ms(bwd_once, max(3, reps // 2))
     elif impl == "torch":
         import torch
-        wte = torch.nn.Embedding(V, D)
-        wpe = torch.nn.Embedding(L, D)
+        wte = made(("emb", V, D), lambda: torch.nn.Embedding(V, D))
+        wpe = made(("emb", L, D), lambda: torch.nn.Embedding(L, D))
         tids = torch.from_numpy(ids)
         pos = torch.arange(T)
         g = torch.randn(B, T, D)
@@ -246,15 +278,13 @@ def worker(impl, shape_name, threads, lib_path, quick, peers_path):
             t0 = time.perf_counter()
             out.backward(g)
             return time.perf_counter() - t0
-        bwd_once()
-        # Each call allocates and fills a dense (V + L, D) gradient (0.6 GB at D = 4096), so it is
-        # repeated no more often than at the large shapes.
-        result["bwd_ms"] = statistics.median(bwd_once() for _ in range(3 if quick else 7)) * 1e3
+        result["bwd_ms"] = median_timed_ms(bwd_once, max(3, reps // 2))
     elif impl == "compile":
         import torch
         torch.manual_seed(0)
-        wte = torch.nn.Embedding(V, D)
-        wpe = torch.nn.Embedding(L, D)
+        wte = made(("emb", V, D), lambda: torch.nn.Embedding(V, D))
+        wpe = made(("emb", L, D), lambda: torch.nn.Embedding(L, D))
+        torch._dynamo.reset()  # compiled anew for this thread count (inductor fixes it in the code it writes)
 
         class Input(torch.nn.Module):
             def __init__(self):
@@ -280,11 +310,10 @@ def worker(impl, shape_name, threads, lib_path, quick, peers_path):
             t0 = time.perf_counter()
             compiled(tids).backward(g)
             return time.perf_counter() - t0
-        fwdbwd_once()
-        result["fwdbwd_ms"] = statistics.median(fwdbwd_once() for _ in range(max(3, reps // 2))) * 1e3
+        result["fwdbwd_ms"] = median_timed_ms(fwdbwd_once, max(3, reps // 2))
     elif impl == "numpy":
-        wte = rng.standard_normal((V, D), dtype=np.float32)
-        wpe = rng.standard_normal((L, D), dtype=np.float32)
+        wte = made(("np", V, D), lambda: rng.standard_normal((V, D), dtype=np.float32))
+        wpe = made(("np", L, D), lambda: rng.standard_normal((L, D), dtype=np.float32))
         base = rss_now_kb()
         result["fwd_ms"] = median_ms(lambda: np.take(wte, ids, axis=0) + wpe[:T], reps)
     elif impl == "npcopy":
@@ -316,12 +345,15 @@ def load_line():
 
 
 def main():
+    global BUDGET_S
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default=os.path.join(HERE, "..", "build", "lib", "libtokpos.so"))
     ap.add_argument("--peers", default=os.path.join(HERE, "..", "build", "lib", "libtokpos_peers.so"),
                     help="bench/peers.cc's library (cmake --build build --target tokpos_peers)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--rounds", type=int, default=3, help="times each run is repeated (median taken)")
+    ap.add_argument("--rounds", type=int, default=1, help="times each run is repeated (median taken)")
+    ap.add_argument("--budget", type=float, default=BUDGET_S,
+                    help="seconds of timed calls per figure (at least 3 calls each)")
     ap.add_argument("--worker", nargs=3, metavar=("IMPL", "SHAPE", "THREADS"))
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of " + ",".join(SHAPES))
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
@@ -331,8 +363,15 @@ def main():
     args = ap.parse_args()
     lib = os.path.abspath(args.lib)
     peers = os.path.abspath(args.peers)
+    if not args.budget > 0:
+        raise SystemExit(f"--budget must be > 0 seconds, not {args.budget}")
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be >= 1, not {args.rounds}")
+    BUDGET_S = args.budget
     if args.worker:
-        return worker(args.worker[0], args.worker[1], int(args.worker[2]), lib, args.quick, peers)
+        for threads in args.worker[2].split(","):
+            worker(args.worker[0], args.worker[1], int(threads), lib, args.quick, peers)
+        return
 
     import numpy
     import torch
@@ -353,24 +392,30 @@ def main():
         load_peers(peers)  # says how to build it when missing, before any run
     print(f"CPU: {cpu_line()}; {load_line()} at the start", file=sys.stderr)
     runs = []
-    total = args.rounds * len(thread_counts) * sum(runs_at(i, sh) for sh in shapes for i in impls)
-    print(f"side by side: {total} runs ({args.rounds} rounds), each in its own process (progress below)",
-          file=sys.stderr)
+    total = args.rounds * sum(runs_at(i, sh) for sh in shapes for i in impls)
+    threads_arg = ",".join(str(t) for t in thread_counts)
+    print(f"side by side: {total} runs ({args.rounds} rounds, {args.budget:g} s per figure), each in its own "
+          f"process at threads {threads_arg} (progress below)", file=sys.stderr)
     t_start = time.monotonic()
+    done = 0
     for rnd in range(args.rounds):
         for shape in shapes:
-            for threads in thread_counts:
-                for impl in (i for i in impls if runs_at(i, shape)):
-                    cmd = [sys.executable, __file__, "--lib", lib, "--peers", peers, "--worker", impl, shape,
-                           str(threads)]
-                    if args.quick:
-                        cmd.append("--quick")
-                    out = subprocess.run(cmd, capture_output=True, text=True)
-                    if out.returncode != 0:
-                        raise SystemExit(f"{impl} {shape} {threads}: {out.stderr}")
-                    runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-                    print(f"  [{len(runs)}/{total}] round {rnd + 1} {shape} threads={threads} {impl} done",
-                          file=sys.stderr)
+            for impl in (i for i in impls if runs_at(i, shape)):
+                cmd = [sys.executable, __file__, "--lib", lib, "--peers", peers, "--budget", repr(args.budget),
+                       "--worker", impl, shape, threads_arg]
+                if args.quick:
+                    cmd.append("--quick")
+                t0 = time.monotonic()
+                out = subprocess.run(cmd, capture_output=True, text=True)
+                if out.returncode != 0:
+                    raise SystemExit(f"{impl} {shape} threads {threads_arg}: {out.stderr}")
+                lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+                if len(lines) != len(thread_counts):
+                    raise SystemExit(f"{impl} {shape}: {len(lines)} results for {len(thread_counts)} thread counts")
+                runs.extend(json.loads(x) for x in lines)
+                done += 1
+                print(f"  [{done}/{total}] round {rnd + 1} {shape} {impl} done ({time.monotonic() - t0:.0f} s)",
+                      file=sys.stderr)
     rows = []
     for shape in shapes:
         for threads in thread_counts:

@@ -50,14 +50,15 @@ def test_quick_rope_run_agrees(tmp_path):
 
 def test_side_by_side_peers_run_and_match_bits():
     # The plain loop, the torch peers and the gather line run beside tokpos at
-    # the decode shape; the loop's forward and both backwards are checked bit
-    # for bit against tokpos's in the run, and ggml's status is said.
+    # the decode shape, each process at both thread counts on the same inputs;
+    # the loop's forward and both backwards are checked bit for bit against
+    # tokpos's at each, and ggml's status is said.
     peers = os.path.join(ROOT, "build", "lib", "libtokpos_peers.so")
     if not os.path.exists(peers):
         pytest.skip(f"{peers} is not built (cmake --build build --target tokpos_peers)")
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "bench", "side_by_side.py"), "--quick", "--no-compile", "--rounds", "1",
-         "--threads", "2", "--shapes", "decode", "--impls", "tokpos,team,loop,isel,ebag,gather"],
+         "--budget", "0.02", "--threads", "1,2", "--shapes", "decode", "--impls", "tokpos,team,loop,isel,ebag,gather"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -65,9 +66,9 @@ def test_side_by_side_peers_run_and_match_bits():
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
-    bits = [line for line in proc.stdout.splitlines() if line.strip().startswith("decode     t=2:")]
-    assert bits == ["  decode     t=2: forward bitwise equal, backward serial bitwise equal, "
-                    "backward channel slices bitwise equal"], output
+    bits = [line for line in proc.stdout.splitlines() if line.strip().startswith("decode     t=")]
+    assert bits == [f"  decode     t={t}: forward bitwise equal, backward serial bitwise equal, "
+                    "backward channel slices bitwise equal" for t in (1, 2)], output
     assert "\nggml: " in proc.stdout, output
     for what in ("fwd", "bwd"):  # the decode step split over the team, beside the default
         assert f"  {what} decode t=2: team " in proc.stdout, output
