@@ -5,6 +5,9 @@
                           [--weights FILE --preset gpt2|bert [--map ROLE=NAME ...]]
     python -m tokpos lab c DIR [--lang zh|en]
     python -m tokpos lab pytorch DIR [--lang zh|en] [--exercise]
+    python -m tokpos train [--steps N] [--every K] [--seed S] [--threads T]
+                           [--scheme learned|sinusoidal|both] [--out RUN.safetensors]
+                           [--json] [--lang zh|en] [--no-progress] [model settings]
 
 `lab` writes a lesson's kit into DIR (new or empty) as `tokpos lab` does,
 through the same C++ code (tokpos._core.write_lab), and prints the same
@@ -26,6 +29,13 @@ language (without it, tokpos._core.default_lang()), and a checkpoint whose
 trained position table the report shows beside the fresh ones; the checks
 that tie them together (--weights needs --preset, and excludes --dim and
 --context) are the core's, with its messages.
+
+`train` runs tokpos.lesson.train: a small byte-level decoder trained with a
+learned and with a sinusoidal position table from the same seed and batches,
+a progress bar on stderr, then a summary on stdout (--lang) or, with --json,
+everything recorded as one JSON object. --out writes the run file (the
+learned table every K steps; tokpos plot and tokpos serve --weights read
+it). A bad setting exits with status 2 and names the value and its limit.
 """
 
 from __future__ import annotations
@@ -114,7 +124,60 @@ def _parser() -> argparse.ArgumentParser:
         if kind == "pytorch":
             k.add_argument("--exercise", action="store_true",
                            help="The modules' bodies left to write (raise NotImplementedError)")
+    _train_parser(sub)
     return p
+
+
+def _setting(name: str, minimum: int):
+    """An argparse type: an integer setting of tokpos.lesson.train, >= minimum."""
+
+    def parse(s: str) -> int:
+        try:
+            value = int(s, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} = {s!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{name} = {value} must be >= {minimum}")
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+def _train_parser(sub) -> None:
+    from . import lesson  # numpy only; torch is imported when the run starts
+
+    d = lesson.DEFAULTS
+    text = "Train a small model with learned and with sinusoidal positions and record the learned table"
+    t = sub.add_parser("train", help=text, description=text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    t.add_argument("--steps", type=_setting("steps", 1), default=d["steps"], help="Optimizer steps per scheme (>= 1)")
+    t.add_argument("--every", type=_setting("every", 1), default=d["every"],
+                   help="Record the learned table, the losses and the diagnostics every K steps (1 <= K <= --steps)")
+    t.add_argument("--seed", type=_setting("seed", 0), default=d["seed"],
+                   help="Seed of the weights and of the batches (the same for both schemes)")
+    t.add_argument("--threads", type=_setting("threads", 1), default=d["threads"],
+                   help="Threads of torch and of tokpos's kernels: the run is bitwise reproducible for a given "
+                        "seed and thread count")
+    t.add_argument("--scheme", choices=("learned", "sinusoidal", "both"), default="both",
+                   help="Which position schemes to train (--out needs both)")
+    t.add_argument("--out", metavar="RUN.safetensors", default=None,
+                   help="Write the run file here (the learned table at every recorded step, the sinusoidal table, "
+                        "the losses); without it nothing is written")
+    t.add_argument("--json", action="store_true",
+                   help="Print everything recorded as one JSON object instead of the summary")
+    t.add_argument("--lang", choices=("zh", "en"), default=None,
+                   help="Language of the summary and the progress bar (default: zh when LC_ALL, LC_MESSAGES or "
+                        "LANG starts with zh, else en); --json is the same in both")
+    t.add_argument("--no-progress", action="store_true", help="No progress bar on stderr")
+    model = t.add_argument_group("model settings")
+    model.add_argument("--layers", type=_setting("layers", 1), default=d["layers"], help="Transformer blocks")
+    model.add_argument("--heads", type=_setting("heads", 1), default=d["heads"], help="Attention heads")
+    model.add_argument("--dim", type=_setting("dim", 2), default=d["dim"],
+                       help="Model width D (even, a multiple of --heads)")
+    model.add_argument("--context", type=_setting("context", 2), default=d["context"], help="Max context L")
+    model.add_argument("--batch", type=_setting("batch", 1), default=d["batch"], help="Windows per batch")
+    model.add_argument("--lr", type=float, default=d["lr"], help="AdamW learning rate, in (0, 1]")
+    t.set_defaults(train_parser=t)
 
 
 def _write(text: str) -> None:
@@ -140,15 +203,42 @@ def _lab(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    import json
+
+    from . import lesson
+
+    lang = args.lang or _core.default_lang()
+    settings = {k: getattr(args, k) for k in ("steps", "every", "seed", "threads", "layers", "heads", "dim",
+                                                "context", "batch", "lr")}
+    try:
+        lesson.check_settings(**settings)
+        lesson.check_output(args.scheme, args.out)
+    except ValueError as e:
+        args.train_parser.error(str(e))  # usage and the message on stderr, status 2, as argparse's own checks
+    try:
+        run = lesson.train(**settings, scheme=args.scheme, out=args.out, progress=not args.no_progress, lang=lang)
+    except (ValueError, OSError, RuntimeError) as e:
+        print(f"tokpos: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        _write(json.dumps(run.to_json(), ensure_ascii=False) + "\n")
+    else:
+        _write(lesson.summary(run, lang, out=args.out))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_usage(sys.stderr)
-        print("python -m tokpos: error: a command is required (demo, lab)", file=sys.stderr)
+        print("python -m tokpos: error: a command is required (demo, lab, train)", file=sys.stderr)
         return 2
     if args.command == "lab":
         return _lab(args)
+    if args.command == "train":
+        return _train(args)
     try:
         args.text.encode("utf-8")
     except UnicodeEncodeError:
