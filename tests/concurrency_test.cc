@@ -2,7 +2,6 @@
 // must equal, bit for bit, the one computed by a single thread. Runs in the
 // normal suite and under ThreadSanitizer (make check-sanitize).
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <atomic>
 #include <cstring>
@@ -10,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cpu/decode_team.h"
+#include "common/parallel.h"
 #include "test_util.h"
 #include "tokpos/composer.h"
 #include "tokpos/position_table.h"
@@ -113,33 +112,26 @@ TEST(Concurrency, TokenizerAndSparseBackwardAreReadOnly) {
 
 }  // namespace
 
-// The decode team hands each step to its workers and back: every part
-// writes its own slot and the caller reads them all after the step, while
-// two callers contend for the one team (the one refused runs its parts
-// itself). Under ThreadSanitizer this checks the team's ordering.
-TEST(Concurrency, DecodeTeamHandsEachStepToItsWorkersAndBack) {
-  namespace cpu = tokpos::kernels::cpu;
-  std::atomic<int> refused{0}, wrong{0};
+// The workers take chunks from two callers contending for them (the one
+// that finds them in use runs its chunks itself): every chunk of every call
+// runs once and its write is seen by its caller after the call. Under
+// ThreadSanitizer this checks the pool's ordering.
+TEST(Concurrency, WorkersHandEachChunkBackToItsCaller) {
+  std::atomic<int> wrong{0};
   auto caller = [&](int64_t seed) {
-    std::vector<int64_t> slot(2, -1);
-    for (int64_t step = 0; step < 3000; ++step) {
-      auto part = [&](int k, int nt) {
-        if (nt == 2) slot[static_cast<size_t>(k)] = seed * 1'000'000 + step * 2 + k;
-      };
-      if (!cpu::run_on_decode_team(2, part)) {
-        refused.fetch_add(1, std::memory_order_relaxed);
-        part(0, 2);
-        part(1, 2);
-      }
-      for (int k = 0; k < 2; ++k)
-        if (slot[static_cast<size_t>(k)] != seed * 1'000'000 + step * 2 + k) wrong.fetch_add(1, std::memory_order_relaxed);
+    constexpr int64_t kChunks = 7;
+    std::vector<int64_t> slot(kChunks, -1);
+    for (int64_t call = 0; call < 3000; ++call) {
+      tokpos::detail::parallel_chunks(3, kChunks, [&](int64_t c, int) {
+        slot[static_cast<size_t>(c)] = seed * 1'000'000 + call * kChunks + c;
+      });
+      for (int64_t c = 0; c < kChunks; ++c)
+        if (slot[static_cast<size_t>(c)] != seed * 1'000'000 + call * kChunks + c)
+          wrong.fetch_add(1, std::memory_order_relaxed);
     }
   };
   std::thread a(caller, 1), b(caller, 2);
   a.join();
   b.join();
   EXPECT_EQ(wrong.load(), 0);
-  if (omp_get_num_procs() >= 2) {
-    EXPECT_LT(refused.load(), 6000) << "the team never ran a step";
-  }
 }

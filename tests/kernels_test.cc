@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cerrno>
@@ -34,6 +35,7 @@
 
 #include "common/convert.h"
 #include "common/rope_angle.h"
+#include "common/parallel.h"
 #include "kernels/kernels.h"
 #include "kernels/cpu/cpu_common.h"
 #include "test_util.h"
@@ -790,13 +792,13 @@ TEST(Kernels, BackwardAddsFewSourcesOneAtATime) {
     }
 }
 
-// A decode step's backward, split over the team in channel slices or not
-// (set_decode_team_bytes), gives the reference's bits: every element summed
-// in (b, t) order. D = 200 splits off the 16-float lines, D = 600 takes more
-// than one chunk of channels; rows repeat, and position rows come in runs
-// (consecutive sources sharing one) and alone; either gradient may be absent.
-TEST(Kernels, DecodeStepBackwardBitsDoNotDependOnTheTeam) {
-  namespace cpu = tokpos::kernels::cpu;
+// A decode step's backward (on the calling thread, its position rows held
+// in a buffer while consecutive sources share one) gives the reference's
+// bits: every element summed in (b, t) order. D = 200 ends off the 16-float
+// lines, D = 600 takes more than one chunk of channels; rows repeat, and
+// position rows come in runs (consecutive sources sharing one) and alone;
+// either gradient may be absent.
+TEST(Kernels, DecodeStepBackwardMatchesTheReference) {
   const int64_t V = 9, L = 4;
   struct Case {
     int64_t B, T;
@@ -822,21 +824,17 @@ TEST(Kernels, DecodeStepBackwardBitsDoNotDependOnTheTeam) {
         };
         const auto [ra, rb] = targets(want_a, want_b);
         kn::reference_kernels().index_add_rows(ra, rb, source, {});
-        for (const int64_t team_bytes : {int64_t{1}, int64_t{-1}, int64_t{1} << 40, int64_t{0}}) {
-          cpu::set_decode_team_bytes(team_bytes);
-          for (const kn::KernelTable* be : kn::backends())
-            for (const int threads : kThreadCounts) {
-              std::vector<float> a(V * D, 0.5f), b(L * D, -0.25f);
-              const auto [ta, tb] = targets(a, b);
-              be->index_add_rows(ta, tb, source, {.threads = threads});
-              EXPECT_TRUE(agrees(*be, want_a, a) && agrees(*be, want_b, b))
-                  << be->name << " D " << D << " B " << B << " T " << T << " runs " << c.runs << " a " << with_a
-                  << " b " << with_b << " threads " << threads << " team bytes " << team_bytes;
-            }
-        }
+        for (const kn::KernelTable* be : kn::backends())
+          for (const int threads : kThreadCounts) {
+            std::vector<float> a(V * D, 0.5f), b(L * D, -0.25f);
+            const auto [ta, tb] = targets(a, b);
+            be->index_add_rows(ta, tb, source, {.threads = threads});
+            EXPECT_TRUE(agrees(*be, want_a, a) && agrees(*be, want_b, b))
+                << be->name << " D " << D << " B " << B << " T " << T << " runs " << c.runs << " a " << with_a
+                << " b " << with_b << " threads " << threads;
+          }
       }
     }
-  cpu::set_decode_team_bytes(-1);
 }
 
 // ---- float64 ------------------------------------------------------------------------
@@ -1631,15 +1629,11 @@ void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
   const Ids id_view = make_ids(ids, B, T, Layout::kContiguous, DType::kI64, 0);
   const Ids pos_view = make_ids(pos_ids, B, T, Layout::kContiguous, DType::kI64, 0);
   const auto& ref = kn::reference_kernels();
-  // {prefetch bytes, position tile bytes, decode team bytes}: 1 splits every
-  // decode step over the team, 2^40 and 0 none.
-  const int64_t settings[][3] = {{0, 0, -1},  {1, 1, -1}, {-1, -1, -1}, {int64_t{1} << 40, 1000, -1},
-                                 {-1, 0, -1}, {0, 1, -1}, {-1, -1, 1},  {0, 1, 1},
-                                 {-1, -1, int64_t{1} << 40}, {-1, -1, 0}};
+  // {prefetch bytes, position tile bytes}
+  const int64_t settings[][2] = {{0, 0}, {1, 1}, {-1, -1}, {int64_t{1} << 40, 1000}, {-1, 0}, {0, 1}};
   for (const auto& setting : settings) {
     cpu::set_prefetch_bytes(setting[0]);
     cpu::set_position_tile_bytes(setting[1]);
-    cpu::set_decode_team_bytes(setting[2]);
     for (const bool with_pos_ids : {false, true})
       for (const DType te : kFloatTypes)
         for (const DType pe : kFloatTypes)
@@ -1665,7 +1659,6 @@ void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
                   be->compose_forward(g, {.threads = threads, .stream_min_bytes = stream});
                   EXPECT_TRUE(agrees(*be, want.data(), got.data(), static_cast<size_t>(N * D), oe))
                       << "prefetch bytes " << setting[0] << ", position tile bytes " << setting[1]
-                      << ", decode team bytes " << setting[2]
                       << ", position ids " << with_pos_ids << ", token " << tokpos::dtype_name(te)
                       << " position " << tokpos::dtype_name(pe) << " out " << tokpos::dtype_name(oe)
                       << ", threads " << threads << " streamed " << (stream == kAlwaysStream)
@@ -1675,12 +1668,11 @@ void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
   }
   cpu::set_prefetch_bytes(-1);
   cpu::set_position_tile_bytes(-1);
-  cpu::set_decode_team_bytes(-1);
 }
 
 // More than kDecodeTokens tokens (rows prefetched a distance ahead, position
 // blocks across sequences), and at most kDecodeTokens (a decode step: the
-// pages of every row prefetched at once, no team).
+// pages of every row prefetched at once, on the calling thread).
 TEST(Kernels, ForwardBitsDoNotDependOnPrefetchOrVisitingOrder) {
   static_assert(tokpos::kernels::cpu::kDecodeTokens >= 16);
   expect_forward_bits_under_every_setting(3, 41);
@@ -1688,185 +1680,91 @@ TEST(Kernels, ForwardBitsDoNotDependOnPrefetchOrVisitingOrder) {
   expect_forward_bits_under_every_setting(1, 16);
 }
 
-TEST(Kernels, DecodeTeamInBytes) {
-  namespace cpu = tokpos::kernels::cpu;
-  const kn::Exec two{.threads = 2}, seven{.threads = 7};
-  const int64_t now = 0;
-  cpu::set_decode_team_bytes(-1);
-  if (std::getenv("TOKPOS_DECODE_TEAM_BYTES") == nullptr) {
-    EXPECT_EQ(cpu::decode_team_bytes(), cpu::kDecodeTeamAuto);  // the documented default: the policy decides
-    // A thread with no calls yet: its team is not known to be awake.
-    std::thread([&] { EXPECT_EQ(cpu::threads_for_tokens(two, 16, int64_t{1} << 30, 1 << 30, now), 1); }).join();
-    std::thread([&] {
-      cpu::decode_team_policy().finished(-5'000, -2'000, 1, true, 1 << 16);  // a call just before
-      EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 4096 * 4, 16 * 4096, now), 2);
-      EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 768 * 4, 16 * 768, now), 1);  // 48 KiB: one thread
-      EXPECT_EQ(cpu::threads_for_tokens({.threads = 1}, 16, int64_t{1} << 30, 1 << 30, now), 1);
-      EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 4096 * 4, 16 * 4096, now + 2'000'000), 1);  // 2 ms later
-    }).join();
-  }
-  cpu::set_decode_team_bytes(64 << 10);
-  EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 4096 * 4, 16 * 4096, now), 2);  // Llama width, float32
-  EXPECT_EQ(cpu::threads_for_tokens(two, 16, 16 * 768 * 4, 16 * 768, now), 1);    // GPT-2 width: 48 KiB
-  EXPECT_EQ(cpu::threads_for_tokens(seven, 16, 16 * 4096 * 4, 16 * 4096, now), 4);
-  EXPECT_EQ(cpu::threads_for_tokens(seven, 3, int64_t{1} << 30, 1 << 30, now), 3);  // at most one a token
-  EXPECT_EQ(cpu::threads_for_tokens({.threads = 1}, 16, int64_t{1} << 30, 1 << 30, now), 1);
-  // Past a decode step, threads_for's rule.
-  EXPECT_EQ(cpu::threads_for_tokens(two, 17, 17 * 4096 * 4, 17 * 4096, now), kn::threads_for(two, 17 * 4096));
-  cpu::set_decode_team_bytes(0);
-  EXPECT_EQ(cpu::threads_for_tokens(two, 16, int64_t{1} << 30, 1 << 30, now), 1);  // 0: never split
-  cpu::set_decode_team_bytes(-1);
-}
-
-// The policy's judgement, on made-up times (ns): back to back pays; a gap,
-// slow team steps in a row or a stalled one do not; the backoff grows, and
-// comes back down after a run of fast steps.
-TEST(Kernels, DecodeTeamPolicy) {
-  using P = tokpos::kernels::cpu::DecodeTeamPolicy;
-  static_assert(P::kSlowInARow == 2);
-  P p;
-  EXPECT_FALSE(p.team_pays(0));  // nothing known yet
-  const int64_t bytes = 1 << 18;
-  p.finished(0, 10'000, 1, true, bytes);  // one thread: 10 us for 256 KiB
-  EXPECT_TRUE(p.team_pays(10'000 + P::kHotNs));
-  EXPECT_FALSE(p.team_pays(10'001 + P::kHotNs));  // more than kHotNs after: asleep
-  // One thread's time falls at once to a faster step and rises an eighth of
-  // the way to a slower one.
-  p.finished(20'000, 28'000, 1, true, bytes);
-  EXPECT_DOUBLE_EQ(p.one_thread_ns_per_byte, 8'000.0 / bytes);
-  p.finished(30'000, 118'000, 1, true, bytes);  // 88 us
-  EXPECT_DOUBLE_EQ(p.one_thread_ns_per_byte, 18'000.0 / bytes);
-  // The first split step (it may start the workers) is not judged.
-  int64_t t = 200'000;
-  p.finished(t, t + 2 * P::kStallNs, 2, true, bytes, P::kStallNs + 1);
-  t += 2 * P::kStallNs + 1'000;
-  EXPECT_TRUE(p.team_pays(t));
-  // With the workers awake, a step slower than twice one thread's time plus
-  // the slack is slow if its caller waited for the others more than the
-  // slack; a slow caller (a page fault, a preemption) is not the team's doing.
-  const int64_t slow = 2 * 18'000 + P::kSlackNs + 1'000;
-  for (int k = 0; k < 3; ++k) {
-    p.finished(t, t + slow, 2, true, bytes, P::kSlackNs);
-    t += slow + 1'000;
-  }
-  EXPECT_TRUE(p.team_pays(t));
-  // One slow step alone changes nothing; a fast one between starts the count
-  // again; two in a row stop the splitting for kBackoffMinNs.
-  p.finished(t, t + slow, 2, true, bytes, P::kSlackNs + 1);
-  t += slow + 1'000;
-  EXPECT_TRUE(p.team_pays(t));
-  p.finished(t, t + 6'000, 2, true, bytes, 500);  // fast
-  t += 7'000;
-  p.finished(t, t + slow, 2, true, bytes, P::kSlackNs + 1);
-  t += slow + 1'000;
-  EXPECT_TRUE(p.team_pays(t));
-  p.finished(t, t + slow, 2, true, bytes, P::kSlackNs + 1);  // the second in a row
-  const int64_t end1 = t + slow;
-  EXPECT_FALSE(p.team_pays(end1 + 1'000));
-  EXPECT_FALSE(p.team_pays(end1 + P::kBackoffMinNs - 1));
-  EXPECT_EQ(p.backoff, P::kBackoffMinNs);
-  // Calls keep coming on one thread during the stop; after it, the team is
-  // used again. A step whose caller waited more than kStallNs (a worker waited
-  // for a core) stops the splitting at once, and, coming less than kCalmNs
-  // after the last stop, for four times as long.
-  t = end1 + P::kBackoffMinNs;
-  p.finished(t - 20'000, t - 10'000, 1, true, bytes);
-  EXPECT_TRUE(p.team_pays(t));
-  p.finished(t, t + P::kStallNs + 2'000, 2, true, bytes, P::kStallNs);  // waited, not past kStallNs: slow once
-  t += P::kStallNs + 3'000;
-  EXPECT_TRUE(p.team_pays(t));
-  p.finished(t, t + 6'000, 2, true, bytes);  // fast
-  t += 7'000;
-  p.finished(t, t + P::kStallNs + 2'000, 2, true, bytes, P::kStallNs + 1);
-  const int64_t end2 = t + P::kStallNs + 2'000;
-  EXPECT_FALSE(p.team_pays(end2 + 1'000));  // hot, but stopped
-  EXPECT_EQ(p.backoff, 4 * P::kBackoffMinNs);
-  EXPECT_EQ(p.backoff_until, end2 + 4 * P::kBackoffMinNs);
-  // Stops that keep coming soon after the last grow up to kBackoffMaxNs.
-  for (int k = 0; k < 40; ++k) {
-    t = p.backoff_until + 1'000;
-    p.finished(t, t + P::kStallNs + 2, 2, true, bytes, P::kStallNs + 1);
-  }
-  EXPECT_EQ(p.backoff, P::kBackoffMaxNs);
-  // A stop more than kCalmNs after the last one ended is the shortest again.
-  t = p.backoff_until + P::kCalmNs + 1;
-  p.finished(t, t + P::kStallNs + 2, 2, true, bytes, P::kStallNs + 1);
-  EXPECT_EQ(p.backoff, P::kBackoffMinNs);
-  // A thread's first split step is not judged, the next is.
-  P r;
-  r.finished(0, 10'000, 1, true, bytes);
-  r.finished(20'000, 20'000 + P::kStallNs + 2, 2, true, bytes, P::kStallNs + 1);
-  const int64_t end3 = 20'000 + P::kStallNs + 2;
-  EXPECT_TRUE(r.team_pays(end3 + 1'000));
-  r.finished(end3 + 1'000, end3 + 1'000 + P::kStallNs + 2, 2, true, bytes, P::kStallNs + 1);
-  EXPECT_FALSE(r.team_pays(end3 + 2'000 + P::kStallNs + 2));
-  // Calls that are not decode steps only mark the time.
-  P q;
-  q.finished(0, 5'000'000, 2, false, 0, P::kStallNs + 1);
-  EXPECT_EQ(q.backoff, 0);
-  EXPECT_EQ(q.one_thread_ns_per_byte, 0);
-  EXPECT_TRUE(q.team_pays(5'500'000));
-}
-
-// The decode team runs each part once, part 0 on the caller, and the others
-// on its workers, spinning or woken from sleep; a second caller while it is in
-// use is refused (and runs its step another way).
-TEST(Kernels, DecodeTeamRunsEachPartOnce) {
-  namespace cpu = tokpos::kernels::cpu;
+// The library's workers (common/parallel.h) run every chunk once, slot 0 on
+// the caller, no slot twice at one time, whatever the thread and chunk
+// counts; a part that calls them again runs its chunks itself.
+TEST(Kernels, WorkersRunEachChunkOnce) {
   const std::thread::id caller = std::this_thread::get_id();
-  const int cores = omp_get_num_procs();
-  for (const int nt : {2, 3, 5, 16}) {
-    if (nt > cores) {
-      auto none = [](int, int) { ADD_FAILURE() << "ran"; };
-      EXPECT_FALSE(cpu::run_on_decode_team(nt, none)) << "more threads than cores";
-      continue;
-    }
-    for (int round = 0; round < 300; ++round) {
-      std::vector<int> ran(static_cast<size_t>(nt), 0);
-      std::vector<std::thread::id> where(static_cast<size_t>(nt));
-      auto part = [&](int k, int team) {
-        EXPECT_EQ(team, nt);
-        ++ran[static_cast<size_t>(k)];
-        where[static_cast<size_t>(k)] = std::this_thread::get_id();
-      };
-      if (round == 150) std::this_thread::sleep_for(std::chrono::nanoseconds(2 * cpu::kDecodeTeamSpinNs));  // asleep
-      ASSERT_TRUE(cpu::run_on_decode_team(nt, part)) << nt;
-      for (int k = 0; k < nt; ++k) {
-        ASSERT_EQ(ran[static_cast<size_t>(k)], 1) << "nt " << nt << " part " << k << " round " << round;
-        EXPECT_EQ(where[static_cast<size_t>(k)] == caller, k == 0) << k;
+  for (const int threads : {1, 2, 3, 5, 16})
+    for (const int64_t chunks : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{7}, int64_t{100}})
+      for (int round = 0; round < 20; ++round) {
+        std::vector<std::atomic<int>> ran(static_cast<size_t>(chunks)), busy(16);
+        std::atomic<int> bad_slot{0}, shared_slot{0}, slot0_elsewhere{0};
+        tokpos::detail::parallel_chunks(threads, chunks, [&](int64_t c, int slot) {
+          if (slot < 0 || slot >= threads) {
+            bad_slot.fetch_add(1);
+            return;
+          }
+          if (busy[static_cast<size_t>(slot)].exchange(1) != 0) shared_slot.fetch_add(1);
+          if ((slot == 0) != (std::this_thread::get_id() == caller)) slot0_elsewhere.fetch_add(1);
+          ran[static_cast<size_t>(c)].fetch_add(1);
+          busy[static_cast<size_t>(slot)].store(0);
+        });
+        for (int64_t c = 0; c < chunks; ++c)
+          ASSERT_EQ(ran[static_cast<size_t>(c)].load(), 1) << "threads " << threads << " chunk " << c << " of " << chunks;
+        ASSERT_EQ(bad_slot.load(), 0) << threads;
+        ASSERT_EQ(shared_slot.load(), 0) << threads;
+        ASSERT_EQ(slot0_elsewhere.load(), 0) << threads;
       }
-    }
+  std::thread::id inner_thread;
+  int inner_runs = 0, inner_slot = -1;
+  tokpos::detail::parallel_chunks(2, 2, [&](int64_t c, int) {
+    if (c != 0) return;
+    tokpos::detail::parallel_chunks(2, 3, [&](int64_t, int slot) {  // the workers are this call's: run here
+      ++inner_runs;
+      inner_slot = std::max(inner_slot, slot);
+      inner_thread = std::this_thread::get_id();
+    });
+    EXPECT_EQ(inner_thread, std::this_thread::get_id());
+  });
+  EXPECT_EQ(inner_runs, 3);
+  EXPECT_EQ(inner_slot, 0);
+}
+
+// A worker held up inside its chunk (descheduled, or here waiting) does not
+// hold up the rest of the call: the caller takes every chunk not yet taken.
+// The held chunk waits until the caller has run all the others (at most 20 s:
+// a pool that split the chunks in fixed shares would wait for its held
+// worker's share, and the test fails instead of hanging).
+TEST(Kernels, CallerTakesTheChunksOfAHeldWorker) {
+  const std::thread::id caller = std::this_thread::get_id();
+  constexpr int64_t kChunks = 50;
+  for (int round = 0; round < 5; ++round) {
+    std::atomic<int64_t> by_caller{0}, held{0};
+    std::atomic<bool> timed_out{false};
+    tokpos::detail::parallel_chunks(2, kChunks, [&](int64_t, int) {
+      if (std::this_thread::get_id() == caller) {
+        by_caller.fetch_add(1);
+        return;
+      }
+      held.fetch_add(1);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (by_caller.load() + held.load() < kChunks) {
+        if (std::chrono::steady_clock::now() > until) {
+          timed_out = true;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    });
+    EXPECT_FALSE(timed_out.load()) << "round " << round;
+    EXPECT_EQ(by_caller.load() + held.load(), kChunks);
+    EXPECT_LE(held.load(), 1) << "a held worker takes no further chunk";
   }
-  bool nested = true;
-  auto outer = [&](int k, int) {
-    auto inner = [](int, int) {};
-    if (k == 0) nested = cpu::run_on_decode_team(2, inner);  // the team is this call's
-  };
-  ASSERT_TRUE(cpu::run_on_decode_team(2, outer));
-  EXPECT_FALSE(nested);
-  auto none = [](int, int) { ADD_FAILURE() << "ran"; };
-  EXPECT_FALSE(cpu::run_on_decode_team(1, none));
 }
 
 // A child after fork() has none of its parent's workers: it starts its own.
-TEST(Kernels, DecodeTeamAfterFork) {
-  namespace cpu = tokpos::kernels::cpu;
-  auto part = [](int, int) {};
-  if (omp_get_num_procs() < 2) {
-    EXPECT_FALSE(cpu::run_on_decode_team(2, part));  // no team without a core for each thread
-    return;
-  }
-  ASSERT_TRUE(cpu::run_on_decode_team(2, part));  // the parent's team exists and spins
+TEST(Kernels, WorkersAfterFork) {
+  std::atomic<int> parent_ran{0};
+  tokpos::detail::parallel_chunks(2, 8, [&](int64_t, int) { parent_ran.fetch_add(1); });  // the parent's workers exist
+  ASSERT_EQ(parent_ran.load(), 8);
   const pid_t child = fork();
   ASSERT_NE(child, -1);
   if (child == 0) {
     alarm(20);  // a child that waited for its parent's workers would hang: fail instead
-    int ran = 0;
-    auto count = [&](int k, int) {
-      if (k == 1) __atomic_fetch_add(&ran, 1, __ATOMIC_RELAXED);
-    };
-    const bool ok = cpu::run_on_decode_team(2, count) && cpu::run_on_decode_team(2, count);
-    _exit(ok && ran == 2 ? 0 : 1);
+    std::atomic<int> ran{0};
+    for (int call = 0; call < 3; ++call) tokpos::detail::parallel_chunks(2, 8, [&](int64_t, int) { ran.fetch_add(1); });
+    _exit(ran.load() == 24 ? 0 : 1);
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);

@@ -447,13 +447,11 @@ void compose_forward(const Gather& g, const Exec& ex) {
   const auto out_bytes = static_cast<int64_t>(N * g.D * static_cast<int64_t>(dtype_size(g.out.type)));
   const bool stream = N > kDecodeTokens && out_bytes >= ex.stream_min_bytes;
   const bool f16 = g.tok.type == DType::kF16 || (g.pos.type == DType::kF16 && g.pos.data != nullptr);
-  const int64_t row_bytes = g.D * static_cast<int64_t>(dtype_size(g.out.type));
   if (f16 && has_avx512f()) {
-    over_token_ranges(ex, N, N * g.D, row_bytes,
-                      [&](int64_t n0, int64_t n1) { gather_range_f16(g, n0, n1, stream); });
+    over_token_ranges(ex, N, N * g.D, [&](int64_t n0, int64_t n1) { gather_range_f16(g, n0, n1, stream); });
     return;
   }
-  over_token_ranges(ex, N, N * g.D, row_bytes, [&](int64_t n0, int64_t n1) { gather_range(g, n0, n1, stream); });
+  over_token_ranges(ex, N, N * g.D, [&](int64_t n0, int64_t n1) { gather_range(g, n0, n1, stream); });
 }
 
 }  // namespace tokpos::kernels::cpu

@@ -184,8 +184,7 @@ void compose_quant(const QuantGather& q, const Exec& ex) {
   const int64_t N = g.B * g.T;
   const auto out_bytes = static_cast<int64_t>(N * g.D * static_cast<int64_t>(dtype_size(g.out.type)));
   const bool stream = N > kDecodeTokens && out_bytes >= ex.stream_min_bytes;
-  const int64_t row_bytes = g.D * static_cast<int64_t>(dtype_size(g.out.type));
-  over_token_ranges(ex, N, N * g.D, row_bytes, [&](int64_t n0, int64_t n1) { quant_range(q, n0, n1, stream); });
+  over_token_ranges(ex, N, N * g.D, [&](int64_t n0, int64_t n1) { quant_range(q, n0, n1, stream); });
 }
 
 }  // namespace tokpos::kernels::cpu

@@ -129,11 +129,10 @@ void apply(const RopeApply& r, const Exec& ex) {
   const int64_t work = N * (r.H * r.D + 40 * r.half);  // sin and cos cost about 40 flops a pair
   const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, work);
   if (nt == 1) return rope_rows<E>(r, r.scratch, 0, N);
-#pragma omp parallel num_threads(nt)
-  {
-    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
-    rope_rows<E>(r, r.scratch + k * 2 * r.half, N * k / team, N * (k + 1) / team);
-  }
+  const int64_t chunks = std::min<int64_t>(N, kChunksPerThread * nt);
+  detail::parallel_chunks(nt, chunks, [&](int64_t c, int slot) {
+    rope_rows<E>(r, r.scratch + slot * 2 * r.half, N * c / chunks, N * (c + 1) / chunks);
+  });
 }
 
 // A value rounded to E and back (the rounding torch applies after each
@@ -241,11 +240,9 @@ void apply_tables(const RopeTables& r, const Exec& ex) {
   const int64_t N = r.B * r.T;
   const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, N * r.H * r.D);
   if (nt == 1) return rope_table_rows<E, Inverse>(r, 0, N);
-#pragma omp parallel num_threads(nt)
-  {
-    const int64_t k = omp_get_thread_num(), team = omp_get_num_threads();
-    rope_table_rows<E, Inverse>(r, N * k / team, N * (k + 1) / team);
-  }
+  const int64_t chunks = std::min<int64_t>(N, kChunksPerThread * nt);
+  detail::parallel_chunks(nt, chunks,
+                          [&](int64_t c, int) { rope_table_rows<E, Inverse>(r, N * c / chunks, N * (c + 1) / chunks); });
 }
 
 template <typename E>

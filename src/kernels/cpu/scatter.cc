@@ -1,8 +1,6 @@
 // The cpu backward: a scatter-add of d_out rows into the gradient rows, in
 // the summation order kernels.h defines, so the bits never depend on the
 // thread count. Bitwise equal to the reference.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -72,6 +70,8 @@ void add_row2(float* a_row, float* b_row, const float* s_row, int64_t D) {
 //  2. What phase 1 left, as tasks: a rows whose sources are split between
 //     threads (one task per row, its sources in order) and hot blocks (summed
 //     into scratch). Then the hot rows add their block sums in order.
+// Each phase is a call of common/parallel.h's chunks, owners and tasks taken
+// dynamically, and ends when all of its chunks have.
 // Which thread does what never changes the order of additions for any row,
 // so the bits are the same for every thread count. The constructor makes
 // every allocation (in the workspace), so a failed one leaves the gradients
@@ -186,32 +186,31 @@ void Scatter::run(const GradTarget* b) {
   const int64_t as = a_.stride;
   const int64_t* rows_a = a_.rows;
   const Source& src = src_;
-#pragma omp parallel num_threads(nt_)
-  {
-    // Phase 1. A team smaller than asked for takes the extra owners in turn.
-    const int team = omp_get_num_threads();
-    for (int o = omp_get_thread_num(); o < nt_; o += team) {
-      const int64_t j1 = ms[o + 1];
-      for (int64_t j = ms[o]; j < j1; ++j) {
-        const int64_t i = mine[j];
-        if (j + kPrefetchAhead < j1 && tag[mine[j + kPrefetchAhead]] == kDirect)
-          prefetch_row(grad_a + rows_a[mine[j + kPrefetchAhead]] * as, D * 4);
-        const float* s = src.row(i);
-        float* g = tag[i] == kDirect ? grad_a + rows_a[i] * as : nullptr;
-        add_row2(g, b != nullptr ? b->grad + b->rows[i] * b->stride : nullptr, s, D);
-        if (tag[i] >= 0) {
-          float* part = scratch + (tag[i] >> 1) * D;
-          if (tag[i] & 1) {
-            std::copy(s, s + D, part);
-          } else {
-            add_row(part, s, D);
-          }
+  // Phase 1: each owner's sources, an owner a chunk.
+  detail::parallel_chunks(nt_, nt_, [&](int64_t o, int) {
+    const int64_t j1 = ms[o + 1];
+    for (int64_t j = ms[o]; j < j1; ++j) {
+      const int64_t i = mine[j];
+      if (j + kPrefetchAhead < j1 && tag[mine[j + kPrefetchAhead]] == kDirect)
+        prefetch_row(grad_a + rows_a[mine[j + kPrefetchAhead]] * as, D * 4);
+      const float* s = src.row(i);
+      float* g = tag[i] == kDirect ? grad_a + rows_a[i] * as : nullptr;
+      add_row2(g, b != nullptr ? b->grad + b->rows[i] * b->stride : nullptr, s, D);
+      if (tag[i] >= 0) {
+        float* part = scratch + (tag[i] >> 1) * D;
+        if (tag[i] & 1) {
+          std::copy(s, s + D, part);
+        } else {
+          add_row(part, s, D);
         }
       }
     }
-    // Phase 2, in plan order, so the rows two tasks ahead can be prefetched.
-#pragma omp for schedule(dynamic, 16) nowait
-    for (int64_t j = 0; j < ntasks; ++j) {
+  });
+  // Phase 2, in plan order, kTasksPerChunk tasks a chunk, so the rows two
+  // tasks ahead can be prefetched.
+  constexpr int64_t kTasksPerChunk = 16;
+  detail::parallel_chunks(nt_, (ntasks + kTasksPerChunk - 1) / kTasksPerChunk, [&](int64_t c, int) {
+    for (int64_t j = c * kTasksPerChunk; j < std::min(ntasks, (c + 1) * kTasksPerChunk); ++j) {
       const int64_t* t = tasks + j * kTaskWords;
       if (j + 2 < ntasks) {
         const int64_t* ahead = t + 2 * kTaskWords;
@@ -224,17 +223,15 @@ void Scatter::run(const GradTarget* b) {
         sum_block(scratch + t[3] * D, src, order, t[1], t[2]);
       }
     }
-#pragma omp barrier
-    // Hot rows: grad[v] += block sums in block order, columns split across threads.
-    const int64_t col_chunk = 256;
-    const int64_t chunks = (D + col_chunk - 1) / col_chunk;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < nhot * chunks; ++item) {
-      const int64_t* h = hot + (item / chunks) * kHotWords;
-      const int64_t c0 = (item % chunks) * col_chunk, len = std::min(col_chunk, D - c0);
-      for (int64_t q = 0; q < h[2]; ++q) add_row(grad_a + h[0] * as + c0, scratch + (h[1] + q) * D + c0, len);
-    }
-  }
+  });
+  // Hot rows: grad[v] += block sums in block order, columns split across threads.
+  const int64_t col_chunk = 256;
+  const int64_t chunks = (D + col_chunk - 1) / col_chunk;
+  detail::parallel_chunks(nt_, nhot * chunks, [&](int64_t item, int) {
+    const int64_t* h = hot + (item / chunks) * kHotWords;
+    const int64_t c0 = (item % chunks) * col_chunk, len = std::min(col_chunk, D - c0);
+    for (int64_t q = 0; q < h[2]; ++q) add_row(grad_a + h[0] * as + c0, scratch + (h[1] + q) * D + c0, len);
+  });
 }
 
 // ---- No grouping: every row has at most kRowBlock sources -------------------
@@ -319,21 +316,23 @@ void add_step_in_order(const GradTarget& a, const GradTarget& b, const Source& s
 inline constexpr int64_t kMinSlice = 64;
 
 // The whole scatter without a grouping when the order kernels.h defines is
-// plain (b, t) order; false (nothing written) where it is not, or where the
-// channels are too few for the team (the grouped scatter threads over rows).
+// plain (b, t) order (no row of either target has more than kRowBlock
+// sources); false, with nothing written, where it is not.
 bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex, Workspace& ws) {
   const int64_t N = src.B * src.T, D = src.D;
-  // A decode step's team is at most one thread per kMinSlice channels.
-  const TimedTokens call(ex, N, N * D * static_cast<int64_t>(sizeof(float)), N * D,
-                         N <= kDecodeTokens ? std::max<int64_t>(1, D / kMinSlice) : INT32_MAX);
-  const int nt = call.threads();
-  if (nt > 1 && D < kMinSlice * nt) return false;
+  const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, N * D);
   if (!at_most_a_block(a, N, D, ws) || !at_most_a_block(b, N, D, ws)) return false;
-  const auto add = N <= kDecodeTokens ? add_step_in_order : add_in_order;
-  call.run([&](int64_t k, int64_t team) {
-    const int64_t d0 = std::min(D, (D * k / team + 15) / 16 * 16);
-    const int64_t d1 = k + 1 == team ? D : std::min(D, (D * (k + 1) / team + 15) / 16 * 16);
-    if (d1 > d0) add(a, b, src, d0, d1);
+  if (nt == 1) {
+    (N <= kDecodeTokens ? add_step_in_order : add_in_order)(a, b, src, 0, D);
+    return true;
+  }
+  // About kChunksPerThread slices a thread, taken dynamically; each slice
+  // starts on a multiple of 16 channels and is at least kMinSlice wide.
+  const int64_t slices = std::clamp<int64_t>(D / kMinSlice, 1, kChunksPerThread * nt);
+  detail::parallel_chunks(nt, slices, [&](int64_t k, int) {
+    const int64_t d0 = std::min(D, (D * k / slices + 15) / 16 * 16);
+    const int64_t d1 = k + 1 == slices ? D : std::min(D, (D * (k + 1) / slices + 15) / 16 * 16);
+    if (d1 > d0) add_in_order(a, b, src, d0, d1);
   });
   return true;
 }
@@ -343,12 +342,13 @@ bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& sr
 // t.grad[v] = fma(t.row_scale[v], s_i, t.grad[v]) for each source i of v in
 // increasing i; a thread owns whole rows, so the bits never depend on the
 // thread count.
+inline constexpr int64_t kRowsPerChunk = 16;
 template <typename E>
 void index_add_scaled(const GradTargetOf<E>& t, const RowGroups& groups, const SourceOf<E>& src, int nt) {
   const int64_t D = src.D;
   const auto nrows = static_cast<int64_t>(groups.rows.size());
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
-  for (int64_t r = 0; r < nrows; ++r) {
+  detail::parallel_chunks(nt, (nrows + kRowsPerChunk - 1) / kRowsPerChunk, [&](int64_t c, int) {
+  for (int64_t r = c * kRowsPerChunk; r < std::min(nrows, (c + 1) * kRowsPerChunk); ++r) {
     const int64_t v = groups.rows[r];
     E* grad = t.grad + v * t.stride;
     const E scale = t.row_scale[v];
@@ -357,6 +357,7 @@ void index_add_scaled(const GradTargetOf<E>& t, const RowGroups& groups, const S
       for (int64_t d = 0; d < D; ++d) grad[d] = std::fma(scale, s[d], grad[d]);
     }
   }
+  });
 }
 
 // ---- float64 -------------------------------------------------------------------
@@ -368,8 +369,8 @@ void index_add_f64(const GradTarget64& t, const RowGroups& groups, const Source6
                    double* scratch) {
   const int64_t D = src.D;
   const auto nrows = static_cast<int64_t>(groups.rows.size());
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
-  for (int64_t r = 0; r < nrows; ++r) {
+  detail::parallel_chunks(nt, (nrows + kRowsPerChunk - 1) / kRowsPerChunk, [&](int64_t c, int slot) {
+  for (int64_t r = c * kRowsPerChunk; r < std::min(nrows, (c + 1) * kRowsPerChunk); ++r) {
     double* grad = t.grad + groups.rows[r] * t.stride;
     const int64_t k0 = groups.start[r], k1 = groups.start[r + 1];
     if (k1 - k0 <= kRowBlock) {
@@ -379,7 +380,7 @@ void index_add_f64(const GradTarget64& t, const RowGroups& groups, const Source6
       }
       continue;
     }
-    double* block = scratch + omp_get_thread_num() * D;
+    double* block = scratch + slot * D;
     for (int64_t b0 = k0; b0 < k1; b0 += kRowBlock) {
       const int64_t b1 = std::min(k1, b0 + kRowBlock);
       const double* first = src.row(groups.order[b0]);
@@ -391,6 +392,7 @@ void index_add_f64(const GradTarget64& t, const RowGroups& groups, const Source6
       for (int64_t d = 0; d < D; ++d) grad[d] += block[d];
     }
   }
+  });
 }
 
 }  // namespace
