@@ -221,6 +221,9 @@ def _train(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError) as e:
         print(f"tokpos: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\ntokpos: interrupted; nothing was written", file=sys.stderr)
+        return 130
     if args.json:
         _write(json.dumps(run.to_json(), ensure_ascii=False) + "\n")
     else:
