@@ -204,7 +204,9 @@ void configure_cli(CLI::App& app, Commands& c) {
   // the flags of the fresh tables would be ignored, so they are refused.
   auto* plot_weights = c.plot_cmd->add_option(
       "--weights", plot.weights,
-      "FILE.safetensors: draw its trained position table beside a sinusoidal one of the same shape");
+      "FILE.safetensors: draw its trained position table beside a sinusoidal one of the same shape (needs "
+      "--preset), or RUN.safetensors, a training run (python -m tokpos train): its snapshots, diagnostics and "
+      "losses");
   auto* plot_preset = c.plot_cmd->add_option("--preset", plot.preset, "gpt2|bert: how --weights names its tensors")
       ->check(CLI::IsMember({"gpt2", "bert"}));
   auto* plot_map = c.plot_cmd
@@ -212,8 +214,14 @@ void configure_cli(CLI::App& app, Commands& c) {
                                     "ROLE=NAME: read a role (wte, wpe, word, position, token_type, ln_weight, "
                                     "ln_bias) of --weights from NAME")
                        ->delimiter(',');
-  plot_weights->needs(plot_preset);
+  // A checkpoint without --preset is refused by make_plots, which can tell it from a training run.
   plot_preset->needs(plot_weights);
+  c.plot_cmd
+      ->add_option("--lang", plot.lang,
+                   "Language of the training run's pictures (default: zh when LC_ALL, LC_MESSAGES or LANG starts "
+                   "with zh, else en)")
+      ->check(CLI::IsMember({"zh", "en"}))
+      ->needs(plot_weights);
   plot_map->needs(plot_weights);
   for (CLI::Option* fresh : {plot_dim, plot_context, plot_text, plot_seed}) fresh->excludes(plot_weights);
 
@@ -228,14 +236,16 @@ void configure_cli(CLI::App& app, Commands& c) {
       ->check(rule(fe::kThreads))
       ->capture_default_str();
   auto* serve_weights = c.serve_cmd->add_option(
-      "--weights", serve.weights, "FILE.safetensors: its position table becomes the page's \"trained\" choice");
+      "--weights", serve.weights,
+      "FILE.safetensors: its position table becomes the page's \"trained\" choice (needs --preset); or "
+      "RUN.safetensors, a training run: its snapshots, with a slider over the steps");
   auto* serve_preset = c.serve_cmd->add_option("--preset", serve.preset, "gpt2|bert: the layout of --weights")
                            ->check(CLI::IsMember({"gpt2", "bert"}));
   c.serve_cmd
       ->add_option("--map", serve.map,
                    "ROLE=NAME: read a role (wpe, position, ...) of --weights from NAME")
       ->needs(serve_weights);
-  serve_weights->needs(serve_preset);
+  // A checkpoint without --preset is refused by run_serve, which can tell it from a training run.
   serve_preset->needs(serve_weights);
 
   c.lab_cmd = app.add_subcommand("lab", "Write a lesson's kit: the C lab to do, or the PyTorch lesson to read and run");

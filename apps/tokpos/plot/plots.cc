@@ -11,6 +11,8 @@
 #include <set>
 
 #include "format.h"
+#include "frontend/lang.h"
+#include "frontend/messages.h"
 #include "frontend/params.h"
 #include "progress.h"
 #include "tokpos/composer.h"
@@ -225,6 +227,159 @@ std::vector<PlotFile> make_trained_plots(const PlotOptions& o, std::ostream& log
   return files;
 }
 
+// One line of a linear chart: solid with markers, or dashed without.
+struct Line {
+  std::string label;  // empty: not in the legend
+  std::vector<double> x, y;
+  Rgb color;
+  bool dashed = false;
+};
+
+// Lines on linear axes inside kSeriesRect, the labelled ones in a legend to its right.
+void line_chart(cairo_t* cr, const std::vector<Line>& lines, double x0, double x1, double y0, double y1,
+                const std::string& xlabel, const std::string& ylabel) {
+  const Axes a{kSeriesRect, x0, x1, y0, y1, false};
+  draw_axes(cr, a, xlabel, ylabel, nice_ticks(x0, x1, 8), nice_ticks(y0, y1, 6));
+  cairo_save(cr);
+  cairo_rectangle(cr, a.area.x, a.area.y, a.area.w, a.area.h);
+  cairo_clip(cr);
+  for (const Line& l : lines) {
+    cairo_set_source_rgb(cr, l.color.r, l.color.g, l.color.b);
+    cairo_set_line_width(cr, 2);
+    const double dash[2] = {7, 5};
+    cairo_set_dash(cr, dash, l.dashed ? 2 : 0, 0);
+    for (size_t k = 0; k < l.x.size(); ++k) {
+      if (k == 0) cairo_move_to(cr, a.px(l.x[k]), a.py(l.y[k]));
+      else cairo_line_to(cr, a.px(l.x[k]), a.py(l.y[k]));
+    }
+    cairo_stroke(cr);
+    cairo_set_dash(cr, dash, 0, 0);
+    if (!l.dashed && l.x.size() <= 80) {
+      for (size_t k = 0; k < l.x.size(); ++k) {
+        cairo_arc(cr, a.px(l.x[k]), a.py(l.y[k]), 3.0, 0, 2 * M_PI);
+        cairo_fill(cr);
+      }
+    }
+  }
+  cairo_restore(cr);
+  double ly = a.area.y + 20;
+  for (const Line& l : lines) {
+    if (l.label.empty()) continue;
+    const double lx = a.area.x + a.area.w + 24;
+    cairo_set_source_rgb(cr, l.color.r, l.color.g, l.color.b);
+    cairo_set_line_width(cr, 3);
+    const double dash[2] = {7, 5};
+    cairo_set_dash(cr, dash, l.dashed ? 2 : 0, 0);
+    cairo_move_to(cr, lx, ly);
+    cairo_line_to(cr, lx + 28, ly);
+    cairo_stroke(cr);
+    cairo_set_dash(cr, dash, 0, 0);
+    text(cr, lx + 38, ly, l.label, 13);
+    ly += 26;
+  }
+}
+
+// [lo, hi] of the values, widened a little (and to a non-empty range).
+std::pair<double, double> padded_range(const std::vector<const std::vector<double>*>& series) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto* s : series)
+    for (double v : *s) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (!(lo <= hi)) return {0, 1};
+  const double pad = hi > lo ? 0.05 * (hi - lo) : std::max(0.05 * std::abs(hi), 0.05);
+  return {lo - pad, hi + pad};
+}
+
+std::vector<PlotFile> make_run_plots(const PlotOptions& o, std::ostream& log, std::ostream& warn) {
+  if (!o.preset.empty() || !o.map.empty()) {
+    throw Error(Status::kInvalidArgument, "tokpos plot: --preset and --map read a checkpoint; '" + o.weights +
+                                              "' is a training run (it has \"" + frontend::kRunMetadataKey +
+                                              "\" metadata): leave them out");
+  }
+  const frontend::Lang lang = o.lang.empty() ? frontend::default_lang() : frontend::parse_lang(o.lang);
+  const auto tr = [lang](std::string_view key, std::initializer_list<std::string_view> args = {}) {
+    return frontend::tr(lang, key, args);
+  };
+  check_out(o.out);
+  Progress progress("plot", 5);
+  progress.step("reading " + o.weights);
+  const frontend::TrainingRun run = frontend::load_training_run(o.weights);
+  const RunDiagnostics diag = run_diagnostics(run);
+  const int64_t L = run.max_context, D = run.dim;
+  const size_t S = run.steps.size();
+  std::vector<double> steps(run.steps.begin(), run.steps.end());
+  const double x0 = S > 1 ? steps.front() : steps.front() - 1, x1 = S > 1 ? steps.back() : steps.back() + 1;
+  const std::string last_step = std::to_string(run.steps.back());
+
+  std::vector<PlotFile> files;
+  std::vector<Figure> figures;
+  auto save = [&](const std::string& name, const std::string& caption, const std::function<void(cairo_t*)>& draw) {
+    progress.step(name);
+    figures.push_back(render_figure(name, kWidth, kHeight, draw));
+    files.push_back({name, caption});
+  };
+
+  std::string shown_steps;
+  for (size_t i = 0; i < diag.shown.size(); ++i) shown_steps += (i ? ", " : "") + std::to_string(run.steps[diag.shown[i]]);
+  save("run_heatmaps", tr("run.caption.heatmaps", {shown_steps}), [&](cairo_t* cr) {
+    // Each panel has its own colour scale: the structure, not the size, is what changes most.
+    title(cr, tr("run.heatmaps.title", {run.file_name}),
+          tr("run.heatmaps.sub", {std::to_string(L), std::to_string(D), std::to_string(diag.shown.size()),
+                                  std::to_string(S)}));
+    const int n = static_cast<int>(diag.shown.size());
+    for (int i = 0; i < n; ++i) {
+      const auto& t = run.snapshots[diag.shown[static_cast<size_t>(i)]].table;
+      const Rect r = run_panel_rect(i, n);
+      const double vmax = max_abs(t);
+      text(cr, r.x + r.w / 2, r.y - 12,
+           tr("run.panel", {std::to_string(run.steps[diag.shown[static_cast<size_t>(i)]]), fmt("%.3g", vmax)}), 13,
+           Align::kCenter, true);
+      heatmap(cr, r, t, static_cast<int>(L), static_cast<int>(D), vmax);
+      heatmap_axes(cr, r, static_cast<int>(L), static_cast<int>(D), "", "");
+    }
+    text(cr, kWidth / 2.0, kHeight - 16, tr("run.axis.dimension"), 14, Align::kCenter);
+    text(cr, 22, kHeight / 2.0, tr("run.axis.position"), 14, Align::kCenter, false, -M_PI / 2);
+  });
+
+  std::vector<Line> diag_lines;
+  for (size_t i = 0; i < diag.offsets.size(); ++i) {
+    const Rgb c = kSeriesColors[(i + 1) % 5];
+    const std::string k = std::to_string(diag.offsets[i]);
+    diag_lines.push_back({tr(diag.offsets[i] == 1 ? "run.diag.adjacent" : "run.diag.offset", {k}), steps,
+                          diag.learned[i], c, false});
+    diag_lines.push_back({"", {x0, x1}, {diag.sinusoidal[i], diag.sinusoidal[i]}, c, true});
+  }
+  const std::string adj_first = fmt("%.4f", diag.learned[0].front()), adj_last = fmt("%.4f", diag.learned[0].back());
+  save("run_diagnostics",
+       tr("run.caption.diagnostics", {adj_first, std::to_string(run.steps.front()), adj_last, last_step,
+                                      fmt("%.4f", diag.sinusoidal[0])}),
+       [&](cairo_t* cr) {
+         title(cr, tr("run.diag.title"), tr("run.diag.sub"));
+         std::vector<const std::vector<double>*> all;
+         for (const auto& l : diag_lines) all.push_back(&l.y);
+         auto [lo, hi] = padded_range(all);
+         line_chart(cr, diag_lines, x0, x1, std::min(lo, 0.0), std::max(hi, 1.0), tr("run.axis.step"),
+                    tr("run.axis.cosine"));
+       });
+
+  const auto as_double = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  const std::vector<Line> loss_lines = {
+      {tr("run.loss.train.learned"), steps, as_double(run.loss_train_learned), kRed, false},
+      {tr("run.loss.heldout.learned"), steps, as_double(run.loss_heldout_learned), kRed, true},
+      {tr("run.loss.train.sinusoidal"), steps, as_double(run.loss_train_sinusoidal), kBlue, false},
+      {tr("run.loss.heldout.sinusoidal"), steps, as_double(run.loss_heldout_sinusoidal), kBlue, true}};
+  const std::string held_learned = fmt("%.4f", run.loss_heldout_learned.back()),
+                    held_sinus = fmt("%.4f", run.loss_heldout_sinusoidal.back());
+  save("run_loss", tr("run.caption.loss", {last_step, held_learned, held_sinus}), [&](cairo_t* cr) {
+    title(cr, tr("run.loss.title"), tr("run.loss.sub", {last_step, held_learned, held_sinus}));
+    std::vector<const std::vector<double>*> all;
+    for (const auto& l : loss_lines) all.push_back(&l.y);
+    auto [lo, hi] = padded_range(all);
+    line_chart(cr, loss_lines, x0, x1, lo, hi, tr("run.axis.step"), tr("run.axis.loss"));
+  });
+  finish(o, progress, figures, files, log, warn);
+  return files;
+}
+
 }  // namespace
 
 std::vector<ByteGroup> byte_groups(std::string_view text, int64_t shown) {
@@ -267,10 +422,60 @@ TrainedComparison compare_trained(const PlotOptions& o) {
   return c;
 }
 
+Rect run_panel_rect(int i, int n) {
+  const int cols = std::clamp(n, 1, 3), rows = (std::max(n, 1) + cols - 1) / cols;
+  const double gx = 80, gy = 100, gw = 840, gh = 500, cw = gw / cols, ch = gh / rows;
+  return {gx + cw * (i % cols) + 10, gy + ch * (i / cols) + 24, cw - 50, ch - 60};
+}
+
+RunDiagnostics run_diagnostics(const frontend::TrainingRun& run) {
+  const int64_t L = run.max_context, D = run.dim;
+  if (L < frontend::kPlotContext.min || L > frontend::kPlotContext.max || D < frontend::kPlotDim.min ||
+      D > frontend::kPlotDim.max) {
+    throw Error(Status::kInvalidArgument,
+                "tokpos plot: the position tables of '" + run.file_name + "' are " + std::to_string(L) + " x " +
+                    std::to_string(D) + "; tokpos plot draws tables of " + std::to_string(frontend::kPlotContext.min) +
+                    " to " + std::to_string(frontend::kPlotContext.max) + " positions and " +
+                    std::to_string(frontend::kPlotDim.min) + " to " + std::to_string(frontend::kPlotDim.max) +
+                    " dimensions");
+  }
+  RunDiagnostics d;
+  const size_t S = run.steps.size(), n = std::min<size_t>(S, 6);
+  for (size_t j = 0; j < n; ++j) d.shown.push_back(n == 1 ? 0 : (j * (S - 1) + (n - 1) / 2) / (n - 1));
+  for (const int64_t k : {1, 4, 16, 64})
+    if (k < L) d.offsets.push_back(k);
+  const int64_t K = d.offsets.back();
+  std::vector<std::vector<double>> by_offset;
+  for (const auto& snap : run.snapshots) by_offset.push_back(cosine_by_offset(snap.table, L, D, K));
+  const auto sinus = cosine_by_offset(run.sinusoidal, L, D, K);
+  for (const int64_t k : d.offsets) {
+    std::vector<double> series;
+    for (const auto& b : by_offset) series.push_back(b[static_cast<size_t>(k)]);
+    d.learned.push_back(std::move(series));
+    d.sinusoidal.push_back(sinus[static_cast<size_t>(k)]);
+  }
+  return d;
+}
+
 std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log, std::ostream& warn) {
-  if (!o.weights.empty()) return make_trained_plots(o, log, warn);
+  if (!o.weights.empty()) {
+    if (frontend::is_training_run(o.weights)) return make_run_plots(o, log, warn);
+    if (o.preset.empty()) {
+      throw Error(Status::kInvalidArgument,
+                  "tokpos plot: --weights requires --preset gpt2|bert for a checkpoint: '" + o.weights + "' has no \"" +
+                      frontend::kRunMetadataKey + "\" metadata, so it is not a training run");
+    }
+    if (!o.lang.empty()) {
+      throw Error(Status::kInvalidArgument, "tokpos plot: --lang labels a training run's pictures; '" + o.weights +
+                                                "' is a checkpoint, whose pictures are drawn in English: leave it out");
+    }
+    return make_trained_plots(o, log, warn);
+  }
   if (!o.preset.empty() || !o.map.empty()) {
     throw Error(Status::kInvalidArgument, "tokpos plot: --preset and --map read a --weights file, and none is given");
+  }
+  if (!o.lang.empty()) {
+    throw Error(Status::kInvalidArgument, "tokpos plot: --lang labels a training run's pictures, and no --weights is given");
   }
   // The rules the command line checks the flags by, for callers that pass options directly.
   const auto layout = frontend::parse_layout_param(o.layout);

@@ -23,9 +23,15 @@ struct PlotOptions {
   // --weights FILE --preset gpt2|bert [--map ROLE=NAME ...]: instead of the
   // fresh tables' pictures, the file's trained position table beside a
   // sinusoidal table of its shape (base and layout as above).
+  // --weights RUN.safetensors (a file with "tokpos.run" metadata, from
+  // python -m tokpos train) needs no preset: it draws the run's three
+  // pictures instead (run_heatmaps, run_diagnostics, run_loss).
   std::string weights{};
   std::string preset{};
   std::vector<std::string> map{};
+  // The language of the training run's pictures, "en" or "zh"; empty:
+  // frontend::default_lang(). The other pictures are drawn in English.
+  std::string lang{};
 };
 
 // Geometry shared with the tests, so they can find cells in the pictures.
@@ -69,6 +75,19 @@ struct TrainedComparison {
 // larger than tokpos plot draws (L <= 2048, D <= 4096).
 TrainedComparison compare_trained(const PlotOptions& options);
 
+// The numbers the training-run pictures draw (--weights RUN.safetensors).
+struct RunDiagnostics {
+  std::vector<size_t> shown;      // indices into run.steps of the heatmap grid: up to 6, first and last included
+  std::vector<int64_t> offsets;   // the offsets k drawn: those of 1, 4, 16, 64 below L
+  // learned[i][s]: mean over p of cos(P[p], P[p+k]) for k = offsets[i], of snapshot s.
+  std::vector<std::vector<double>> learned;
+  std::vector<double> sinusoidal;  // [i]: the same for the run's sinusoidal table
+};
+// Throws tokpos::Error for a table larger than tokpos plot draws, as compare_trained does.
+RunDiagnostics run_diagnostics(const frontend::TrainingRun& run);
+// run_heatmaps: the heatmap of panel i of n (up to 3 a row), so the tests can find its cells.
+Rect run_panel_rect(int i, int n);
+
 struct PlotFile {
   std::string name;      // e.g. "position_table"
   std::string caption;   // one line on what to see
@@ -77,7 +96,9 @@ struct PlotFile {
 // Writes every picture (PNG and SVG) into options.out and lists them, in
 // order: the fresh tables' eight, or with options.weights the three of the
 // trained table (trained_table, trained_similarity_matrix,
-// trained_similarity_by_offset). Throws tokpos::Error for a bad --out or a
+// trained_similarity_by_offset), or for a training run its three
+// (run_heatmaps, run_diagnostics, run_loss). A checkpoint needs
+// options.preset; a training run refuses it and options.map. Throws tokpos::Error for a bad --out or a
 // failed write, naming the path. Characters no installed font can draw are
 // named on `warn` (missing_glyphs_warning).
 std::vector<PlotFile> make_plots(const PlotOptions& options, std::ostream& log, std::ostream& warn = std::cerr);

@@ -90,6 +90,13 @@ class JsonText {
     return close_array();
   }
 
+  // JSON text made elsewhere (nlohmann's dump of a value read at start-up), as a value.
+  JsonText& raw(std::string_view text) {
+    separate();
+    out_ += text;
+    return *this;
+  }
+
   std::string take() { return std::move(out_); }
 
  private:
@@ -214,7 +221,36 @@ struct TableParams {
   Positions positions = Positions::kSinusoidal;
   uint64_t seed = 0;
   const frontend::TrainedPositions* trained = nullptr;  // set for positions=trained
+  int64_t step = -1;  // a training run's step shown (positions=trained with a run), else -1
 };
+
+// step=N: the index of N in run->steps (absent: the last step). Without a
+// run, or beside positions other than trained, step is a 400 naming it.
+size_t get_step_index(const Params& params, const frontend::TrainingRun* run, bool trained_positions) {
+  const std::string* given = find(params, "step");
+  if (!given) return run ? run->steps.size() - 1 : 0;
+  if (!run) {
+    bad("step", "step = " + shown(*given) + " needs a training run: start tokpos serve with --weights RUN.safetensors");
+  }
+  if (!trained_positions) bad("step", "step is a step of the training run: give it with positions = 'trained' only");
+  const int64_t step = get_int(params, frontend::IntParam{"step", 0, run->steps.back()}, 0);
+  const auto it = std::lower_bound(run->steps.begin(), run->steps.end(), step);
+  if (it == run->steps.end() || *it != step) {
+    std::string list;
+    const size_t S = run->steps.size();
+    for (size_t i = 0; i < S; ++i) {
+      if (S > 8 && i == 4) {
+        list += ", ...";
+        i = S - 2;
+        continue;
+      }
+      list += (i ? ", " : "") + std::to_string(run->steps[i]);
+    }
+    bad("step", "step = " + std::to_string(step) + " is not a step of the training run " + run->file_name +
+                    ": its " + std::to_string(S) + " snapshots are at steps " + list);
+  }
+  return static_cast<size_t>(it - run->steps.begin());
+}
 
 // positions=trained: the table's own L and D. dim or context given with it
 // must be the table's (a mismatch is a 400 naming both).
@@ -230,10 +266,16 @@ void check_trained_shape(const Params& params, const frontend::IntParam& p, int6
   }
 }
 
-TableParams get_table_params(const Params& params, const frontend::TrainedPositions* trained) {
+TableParams get_table_params(const Params& params, const frontend::TrainedPositions* trained,
+                             const frontend::TrainingRun* run) {
   TableParams t;
   const frontend::DemoOptions defaults;  // the page's defaults are the demo's
   t.positions = get_positions(params);
+  const size_t step_index = get_step_index(params, run, t.positions == Positions::kTrained);
+  if (run && t.positions == Positions::kTrained) {
+    trained = &run->snapshots[step_index];
+    t.step = run->steps[step_index];
+  }
   if (t.positions == Positions::kTrained) {
     if (!trained) {
       bad("positions", "positions = 'trained' needs a trained table: start tokpos serve with --weights FILE "
@@ -263,6 +305,7 @@ void write_config(JsonText& j, const TableParams& t, const int64_t* vocab = null
   j.key("layout").string(layout_name(t.layout));
   j.key("positions").string(positions_name(t.positions));
   j.key("seed").integer(t.seed);
+  if (t.step >= 0) j.key("step").integer(t.step);
   if (vocab) j.key("vocab").integer(*vocab);
   if (t.trained) j.key("weights").string(t.trained->file_name);
   j.close_object();
@@ -352,7 +395,7 @@ bool is_loopback_host(const std::string& host) {
   return false;
 }
 
-ApiAnswer api_embed(const Params& params, const frontend::TrainedPositions* trained) {
+ApiAnswer api_embed(const Params& params, const frontend::TrainedPositions* trained, const frontend::TrainingRun* run) {
   return answer([&] {
     const std::string* text = find(params, "text");
     if (!text) bad("text", "text is missing: the text to embed, up to 4096 bytes");
@@ -362,7 +405,7 @@ ApiAnswer api_embed(const Params& params, const frontend::TrainedPositions* trai
     }
     // No context*dim cap here: only the T position rows the answer holds are
     // computed, so the work grows with T*dim (capped below), not with L*D.
-    const TableParams t = get_table_params(params, trained);
+    const TableParams t = get_table_params(params, trained, run);
     const int64_t V = get_int(params, frontend::kVocab, ByteTokenizer::kVocabSize);
     check_cap("vocab", "vocab*dim", V, t.dim, kMaxTableValues);
 
@@ -415,9 +458,10 @@ ApiAnswer api_embed(const Params& params, const frontend::TrainedPositions* trai
   });
 }
 
-ApiAnswer api_similarity(const Params& params, const frontend::TrainedPositions* trained) {
+ApiAnswer api_similarity(const Params& params, const frontend::TrainedPositions* trained,
+                         const frontend::TrainingRun* run) {
   return answer([&] {
-    const TableParams t = get_table_params(params, trained);
+    const TableParams t = get_table_params(params, trained, run);
     const int64_t L = t.context, D = t.dim;
     // The diagnostics need whole rows of the table: rows 0 .. R-1, with R*D
     // within the cap (R = L unless L*D is over it; rows_omitted says so).
@@ -555,6 +599,66 @@ ApiAnswer api_trained(const frontend::TrainedPositions* trained) {
   }
   j.close_object();
   return {200, j.take()};
+}
+
+ApiAnswer api_run(const frontend::TrainingRun* run) {
+  JsonText j;
+  j.open_object().key("run");
+  if (!run) {
+    j.null().close_object();
+    return {200, j.take()};
+  }
+  const int64_t L = run->max_context, D = run->dim;
+  std::vector<double> adjacent_mean;
+  for (const auto& snap : run->snapshots) adjacent_mean.push_back(summarize(adjacent_cosine(snap.table, L, D)).mean);
+  j.open_object();
+  j.key("adjacent_mean").numbers<double>(adjacent_mean);
+  j.key("beyond").raw(run->beyond_json);
+  j.key("config").raw(run->config_json);
+  j.key("context").integer(L);
+  j.key("dim").integer(D);
+  j.key("file").string(run->file_name);
+  j.key("losses").open_object();
+  j.key("heldout_learned").numbers<float>(run->loss_heldout_learned);
+  j.key("heldout_sinusoidal").numbers<float>(run->loss_heldout_sinusoidal);
+  j.key("train_learned").numbers<float>(run->loss_train_learned);
+  j.key("train_sinusoidal").numbers<float>(run->loss_train_sinusoidal);
+  j.close_object();
+  j.key("sinusoidal_adjacent_mean").number(summarize(adjacent_cosine(run->sinusoidal, L, D)).mean);
+  j.key("steps").integers(run->steps);
+  j.close_object().close_object();
+  return {200, j.take()};
+}
+
+ApiAnswer api_run_table(const Params& params, const frontend::TrainingRun* run) {
+  return answer([&] {
+    if (!run) bad("step", "/api/run/table needs a training run: start tokpos serve with --weights RUN.safetensors");
+    const size_t i = get_step_index(params, run, true);
+    const int64_t L = run->max_context, D = run->dim;
+    const int64_t R = std::min(L, std::max<int64_t>(kMaxTableValues / D, 1));
+    const std::span<const float> rows = std::span<const float>(run->snapshots[i].table).first(static_cast<size_t>(R * D));
+    const std::vector<double> adjacent = adjacent_cosine(rows, R, D);
+    JsonText j;
+    j.open_object();
+    j.key("adjacent").numbers<double>(adjacent);
+    j.key("adjacent_mean").number(summarize(adjacent).mean);
+    j.key("context").integer(L);
+    j.key("dim").integer(D);
+    j.key("file").string(run->file_name);
+    j.key("rows").integer(R);
+    if (R == L) {
+      j.key("rows_omitted").null();
+    } else {
+      j.key("rows_omitted").string("context*dim = " + std::to_string(L) + "*" + std::to_string(D) + " = " +
+                                   std::to_string(L * D) + " is over the cap of " + std::to_string(kMaxTableValues) +
+                                   " values: table and adjacent hold rows 0 .. " + std::to_string(R - 1) + " only");
+    }
+    j.key("step").integer(run->steps[i]);
+    j.key("table");
+    write_rows<float>(j, rows, R, D);
+    j.close_object();
+    return j.take();
+  });
 }
 
 }  // namespace tokpos::serve

@@ -621,7 +621,7 @@ milliseconds request_deadline(std::ostream& err) {
   return milliseconds(ms);
 }
 
-void add_routes(httplib::Server& svr, const frontend::TrainedPositions* trained) {
+void add_routes(httplib::Server& svr, const frontend::TrainedPositions* trained, const frontend::TrainingRun* run) {
   for (const char* name : {"index.html", "app.js", "style.css"}) {
     const Asset* asset = find_asset(name);
     if (!asset) continue;
@@ -637,28 +637,34 @@ void add_routes(httplib::Server& svr, const frontend::TrainedPositions* trained)
     svr.Get(pattern, serve_asset);
     if (std::string_view(name) == "index.html") svr.Get("/", serve_asset);
   }
-  auto api = [trained](ApiAnswer (*fn)(const Params&, const frontend::TrainedPositions*)) {
-    return [fn, trained](const httplib::Request& req, httplib::Response& res) {
-      ApiAnswer a = fn(Params(req.params.begin(), req.params.end()), trained);
+  auto api = [trained, run](ApiAnswer (*fn)(const Params&, const frontend::TrainedPositions*,
+                                             const frontend::TrainingRun*)) {
+    return [fn, trained, run](const httplib::Request& req, httplib::Response& res) {
+      ApiAnswer a = fn(Params(req.params.begin(), req.params.end()), trained, run);
       res.status = a.status;
       // What set_content does, without its copy of a body of up to ~10 MiB.
       res.body = std::move(a.body);
       res.set_header("Content-Type", kJson);
     };
   };
+  using Run = const frontend::TrainingRun*;
   svr.Get("/api/embed", api(&api_embed));
   svr.Get("/api/similarity", api(&api_similarity));
-  svr.Get("/api/wavelengths", api([](const Params& params, const frontend::TrainedPositions*) {
+  svr.Get("/api/wavelengths", api([](const Params& params, const frontend::TrainedPositions*, Run) {
             return api_wavelengths(params);
           }));
-  svr.Get("/api/trained", api([](const Params&, const frontend::TrainedPositions* t) { return api_trained(t); }));
+  svr.Get("/api/trained", api([](const Params&, const frontend::TrainedPositions* t, Run) { return api_trained(t); }));
+  svr.Get("/api/run", api([](const Params&, const frontend::TrainedPositions*, Run r) { return api_run(r); }));
+  svr.Get("/api/run/table",
+          api([](const Params& params, const frontend::TrainedPositions*, Run r) { return api_run_table(params, r); }));
   // Every other method is answered 405 by the pre-routing handler, before
   // httplib would read a body: no route takes one.
 }
 
 constexpr int kListenBacklog = 256;
 
-void configure(httplib::Server& svr, const ServeOptions& options, const frontend::TrainedPositions* trained) {
+void configure(httplib::Server& svr, const ServeOptions& options, const frontend::TrainedPositions* trained,
+               const frontend::TrainingRun* run) {
   // The accept loop hands each connection to the Gate at once.
   svr.new_task_queue = [] { return new InPlaceQueue; };
   svr.set_payload_max_length(kMaxPayloadBytes);
@@ -763,7 +769,7 @@ void configure(httplib::Server& svr, const ServeOptions& options, const frontend
       res.set_content(error_body("internal error: unknown exception"), kJson);
     }
   });
-  add_routes(svr, trained);
+  add_routes(svr, trained, run);
 }
 
 std::string url_of(const std::string& host, int port) {
@@ -786,14 +792,30 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err)
   // Requests run side by side, one thread each; each one's kernels use one thread.
   tokpos::set_num_threads(1);
 
-  // --weights: the trained position table, read once; an error stops serve
+  // --weights: the trained position table, or a training run's snapshots
+  // (the last one is the trained table), read once; an error stops serve
   // with the library's message.
   std::unique_ptr<const frontend::TrainedPositions> trained;
+  std::unique_ptr<const frontend::TrainingRun> run;
   if (!options.weights.empty()) {
     try {
-      const NameMap names = frontend::parse_name_map("tokpos serve", options.preset, options.map);
-      trained = std::make_unique<const frontend::TrainedPositions>(
-          frontend::load_trained_positions(options.weights, options.preset, names));
+      if (frontend::is_training_run(options.weights)) {
+        if (!options.preset.empty() || !options.map.empty()) {
+          throw Error(Status::kInvalidArgument, "--preset and --map read a checkpoint; '" + options.weights +
+                                                    "' is a training run (it has \"" + frontend::kRunMetadataKey +
+                                                    "\" metadata): leave them out");
+        }
+        run = std::make_unique<const frontend::TrainingRun>(frontend::load_training_run(options.weights));
+      } else {
+        if (options.preset.empty()) {
+          throw Error(Status::kInvalidArgument, "--weights requires --preset gpt2|bert for a checkpoint: '" +
+                                                    options.weights + "' has no \"" + frontend::kRunMetadataKey +
+                                                    "\" metadata, so it is not a training run");
+        }
+        const NameMap names = frontend::parse_name_map("tokpos serve", options.preset, options.map);
+        trained = std::make_unique<const frontend::TrainedPositions>(
+            frontend::load_trained_positions(options.weights, options.preset, names));
+      }
     } catch (const Error& e) {
       err << "tokpos serve: error: " << e.what() << "\n";
       return 1;
@@ -801,7 +823,7 @@ int run_serve(const ServeOptions& options, std::ostream& out, std::ostream& err)
   }
 
   Server svr;
-  configure(svr, options, trained.get());
+  configure(svr, options, run ? &run->snapshots.back() : trained.get(), run.get());
   const milliseconds deadline = request_deadline(err);
 
   if (!is_loopback_host(options.host)) {

@@ -12,6 +12,7 @@
 
 namespace tokpos::frontend {
 struct TrainedPositions;
+struct TrainingRun;
 }
 
 namespace tokpos::serve {
@@ -20,8 +21,9 @@ struct ServeOptions {
   std::string host = "127.0.0.1";  // the address to bind; anything not loopback is warned about
   int port = 8765;                 // 0: any free port (printed when ready)
   int threads = 16;                // requests served at once (one worker thread each)
-  std::string weights;             // a .safetensors file: its position table becomes positions=trained
-  std::string preset;              // gpt2 or bert: which tensor of `weights` is the position table
+  std::string weights;             // a .safetensors file: its position table becomes positions=trained;
+                                   // a training run ("tokpos.run" metadata): its snapshots, positions=trained&step=N
+  std::string preset;              // gpt2 or bert: which tensor of `weights` is the position table (not for a run)
   std::vector<std::string> map;    // --map ROLE=NAME: other tensor names (frontend::parse_name_map)
 };
 
@@ -49,10 +51,23 @@ using Params = std::multimap<std::string, std::string>;
 // naming the parameter and its limit for bad input; never throws for bad
 // input (only for an internal failure such as running out of memory).
 // `trained`: the table positions=trained reads (serve --weights), or nullptr.
-ApiAnswer api_embed(const Params& params, const frontend::TrainedPositions* trained = nullptr);
-ApiAnswer api_similarity(const Params& params, const frontend::TrainedPositions* trained = nullptr);
+// `run`: serve --weights RUN.safetensors, a training run, or nullptr; with
+// it, positions=trained takes step=N (one of the run's steps; default the
+// last) and reads that snapshot, and `trained` is the last one.
+ApiAnswer api_embed(const Params& params, const frontend::TrainedPositions* trained = nullptr,
+                    const frontend::TrainingRun* run = nullptr);
+ApiAnswer api_similarity(const Params& params, const frontend::TrainedPositions* trained = nullptr,
+                         const frontend::TrainingRun* run = nullptr);
 // GET /api/trained: {"trained": null}, or the trained table's file, preset, context and dim.
 ApiAnswer api_trained(const frontend::TrainedPositions* trained);
+// GET /api/run: {"run": null}, or the run's file, context, dim, steps, the
+// four loss series, each snapshot's mean adjacent cosine, and its config and
+// beyond metadata as they are in the file.
+ApiAnswer api_run(const frontend::TrainingRun* run);
+// GET /api/run/table?step=N: snapshot N's whole (L, D) table as rows and its
+// adjacent cosines (L*D over kMaxTableValues: the first rows only, said in
+// rows_omitted). 400 naming step when there is no run or N is not a step of it.
+ApiAnswer api_run_table(const Params& params, const frontend::TrainingRun* run);
 ApiAnswer api_wavelengths(const Params& params);
 
 // True for 127.0.0.0/8, ::1 and "localhost".
