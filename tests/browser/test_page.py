@@ -17,7 +17,11 @@ build/bin/tokpos), opens the page and checks that
     positions shown and the shared colour scale says why token rows look faint,
   - the 中文 switch leaves no English sentence of the catalogue visible, shows
     the same numbers, is remembered, and ?lang= wins (screenshot serve-zh.png),
-  - serve --weights adds the trained choice, with its own notes.
+  - serve --weights adds the trained choice, with its own notes,
+  - serve --weights RUN.safetensors (a training run) shows the run's panel:
+    moving its slider with the keyboard changes the step shown, the table
+    drawn and the adjacent cosine, which is the snapshot's (computed here),
+    and the trained view's panels follow the step.
 It prints the page's update times (input event to the end of drawing) for
 D <= 512 and T <= 256 without judging them, saves screenshots under
 build/browser/ (or --out) and stops the server with SIGTERM, also on failure.
@@ -499,6 +503,142 @@ def trained_page(cli, out):
         os.remove(path)
 
 
+def write_run(path, L=16, D=8, steps=(0, 5, 10)):
+    """A training run file (tokpos.run metadata; docs/lessons.md), f32, written with struct and json.
+
+    Snapshot s blends fixed noise into a smooth table as s goes from the
+    first step to the last. Returns {step: table as a list of rows}.
+    """
+    import math
+    import struct
+
+    def snapshot(s):
+        a = s / steps[-1]
+        return [[(1 - a) * 0.02 * noise(p * D + d + 1) + a * math.cos(p / (d + 2)) for d in range(D)]
+                for p in range(L)]
+
+    def noise(i):  # a hash of the cell in [-1, 1]: neighbouring rows unrelated
+        h = (i * 2654435761) & 0xFFFFFFFF
+        h ^= h >> 15
+        h = (h * 2246822519) & 0xFFFFFFFF
+        h ^= h >> 13
+        return h / 4294967296.0 * 2 - 1
+
+    tables = {s: snapshot(s) for s in steps}
+    sinus = [[math.sin(p * 10000 ** (-(d // 2 * 2) / D)) if d % 2 == 0 else math.cos(p * 10000 ** (-(d // 2 * 2) / D))
+              for d in range(D)] for p in range(L)]
+    S = len(steps)
+    tensors = {f"positions.step_{s}": ([L, D], [v for row in tables[s] for v in row]) for s in steps}
+    tensors["positions.sinusoidal"] = ([L, D], [v for row in sinus for v in row])
+    for i, name in enumerate(("loss.train.learned", "loss.heldout.learned", "loss.train.sinusoidal",
+                              "loss.heldout.sinusoidal")):
+        tensors[name] = ([S], [5.5 - 3 * k / max(1, S - 1) + 0.1 * i for k in range(S)])
+    header, data, offset = {}, b"", 0
+    for name in sorted(tensors):
+        shape, values = tensors[name]
+        blob = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        data += blob
+        offset += len(blob)
+    header["__metadata__"] = {
+        "tokpos.run": "1",
+        "steps": json.dumps(list(steps)),
+        "config": json.dumps({"layers": 2, "heads": 4, "dim": D, "context": L, "steps": steps[-1]}),
+        "beyond": json.dumps({"learned": {"policy": "error", "message": "past L", "loss": None},
+                              "sinusoidal": {"loss": 2.5, "loss_within": 2.0}}),
+    }
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+    return tables
+
+
+def mean_adjacent_cosine(table):
+    import math
+
+    def cos(a, b):
+        return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+    return sum(cos(table[p], table[p + 1]) for p in range(len(table) - 1)) / (len(table) - 1)
+
+
+def first_number_after(text, marker):
+    import re
+
+    m = re.search(re.escape(marker) + r"\D*?(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?)", text)
+    return float(m[1]) if m else None
+
+
+def run_page(cli, out):
+    """serve --weights RUN.safetensors: the run's slider moves the step, the table and the cosine."""
+    path = os.path.join(out, "run-test.safetensors")
+    tables = write_run(path)
+    server = ServeProcess(cli, args=("serve", "--port", "0", "--weights", path))
+    try:
+        url = server.start()
+        driver = start_chromium()
+        try:
+            driver.get(url + "?lang=en")
+            settle(driver, 0)
+            panel = driver.find_element(By.ID, "run-panel")
+            check(panel.is_displayed(), "a training run shows the run's panel")
+            step = driver.find_element(By.ID, "run-step-value")
+            slider = driver.find_element(By.ID, "run-step")
+            check(step.text == "10" and slider.get_attribute("max") == "2",
+                  f"the slider starts at the last of the 3 steps, step 10 (shown: {step.text!r})")
+            adjacent = driver.find_element(By.ID, "run-adjacent").text
+            got = first_number_after(adjacent, "mean adjacent cosine")
+            want = mean_adjacent_cosine(tables[10])
+            check(got is not None and abs(got - want) < 6e-4,
+                  f"step 10's mean adjacent cosine is the snapshot's, {want:.4f} ({adjacent!r})")
+            image = driver.execute_script("return document.getElementById('run-table').toDataURL()")
+
+            driver.execute_script("arguments[0].focus()", slider)
+            before = renders(driver)
+            slider.send_keys(Keys.ARROW_LEFT, Keys.ARROW_LEFT)
+            settle(driver, before)
+            WebDriverWait(driver, 10, poll_frequency=0.05).until(
+                lambda d: d.find_element(By.ID, "run-adjacent").text.startswith("step 0:"),
+                "the run's caption did not reach step 0")
+            check(step.text == "0", f"two arrow keys move the slider to step 0 (shown: {step.text!r})")
+            adjacent0 = driver.find_element(By.ID, "run-adjacent").text
+            got0 = first_number_after(adjacent0, "mean adjacent cosine")
+            want0 = mean_adjacent_cosine(tables[0])
+            check(got0 is not None and abs(got0 - want0) < 6e-4 and adjacent0 != adjacent,
+                  f"step 0's mean adjacent cosine is its snapshot's, {want0:.4f} ({adjacent0!r})")
+            image0 = driver.execute_script("return document.getElementById('run-table').toDataURL()")
+            check(image0 != image, "the table drawn changes with the step")
+            loss = driver.find_element(By.ID, "run-loss").text
+            check(loss.startswith("step 0:") and "5.5" in loss, f"the losses shown are step 0's ({loss!r})")
+
+            before = renders(driver)
+            choose_positions(driver, "trained")
+            settle(driver, before)
+            shown = first_number_after(driver.find_element(By.ID, "adjacent").text, "mean cos")
+            check(shown is not None and abs(shown - want0) < 6e-4,
+                  f"the trained view's cosine panel shows the slider's step too ({shown} against {want0:.4f})")
+            error = driver.find_element(By.ID, "error")
+            check(not error.is_displayed(), f"the run's views draw without an error ({error.text!r})")
+            screenshot(driver, out, "serve-run.png")
+
+            driver.find_element(By.ID, "lang-zh").click()
+            time.sleep(0.2)
+            text = driver.find_element(By.ID, "run-adjacent").text
+            check(text.startswith("第 0 步"), f"the run's caption in Chinese ({text!r})")
+            left = english_left(driver)
+            check(left == [], f"no English sentence left in the run's view in Chinese ({left})")
+            screenshot(driver, out, "serve-run-zh.png")
+            driver.find_element(By.ID, "lang-en").click()
+            severe = [e for e in console_entries(driver) if e.get("level") == "SEVERE"]
+            check(severe == [], f"the console holds no errors with a run ({severe})")
+        finally:
+            driver.quit()
+    finally:
+        server.stop()
+        os.remove(path)
+
+
 def measure_updates(driver):
     """Changes one control at a time (D <= 512, T <= 256) and prints each update's time."""
     texts = {
@@ -573,6 +713,7 @@ def main():
         print(f"tokpos serve: {url}")
         run(url, args.out)
         trained_page(os.path.abspath(args.cli), args.out)
+        run_page(os.path.abspath(args.cli), args.out)
         status = 0
     except Failure as e:
         print(f"FAIL: {e}")

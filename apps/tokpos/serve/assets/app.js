@@ -100,6 +100,26 @@
       "bands.pair": "{n} pair",
       "bands.note": "Notice: halving D halves the pairs, yet they still span 2\u03c0 to 2\u03c0 \u00d7 base, so each decade keeps about half as many.",
       "bands.modeNote": "These bands are the sinusoidal table's at this D, for comparison: the table chosen above has no wavelengths.",
+      "run.title": "Training run: the learned position table, step by step",
+      "run.file": "({file}, {S} snapshots)",
+      "run.stepLabel": "Step",
+      "run.stepHelp": "Each stop is one snapshot of the run. With the trained positions chosen, the panels below show this step too.",
+      "run.tableCaption": "learned position table at this step",
+      "run.table.aria": "Heatmap of the learned position table at the chosen step",
+      "run.lossCaption": "loss against the step",
+      "run.loss.aria": "Training and held-out loss of both position schemes against the step",
+      "run.cosCaption": "mean adjacent cosine against the step",
+      "run.cos.aria": "Mean cosine of adjacent rows of the learned table against the step",
+      "run.legend.trainLearned": "train, learned",
+      "run.legend.heldoutLearned": "held-out, learned",
+      "run.legend.trainSinusoidal": "train, sinusoidal",
+      "run.legend.heldoutSinusoidal": "held-out, sinusoidal",
+      "run.legend.learnedCos": "learned table",
+      "run.legend.sinusoidalCos": "sinusoidal table (fixed)",
+      "run.adjacent": "step {step}: mean adjacent cosine {mean} (sinusoidal table {sin})",
+      "run.loss": "step {step}: loss of the learned model: train {tl}, held-out {hl}; of the sinusoidal one: train {ts}, held-out {hs}",
+      "run.axis": "step",
+      "run.note": "Notice: the first snapshot is the table at initialisation, noise; move the slider to see what training makes of it: whether neighbouring rows grow alike, and how far.",
       "error.unreachable": "cannot reach the tokpos server ({path})",
       "error.http": "HTTP {status} from {path}",
       "error.drawing": "drawing failed: {message}",
@@ -187,6 +207,26 @@
       "bands.pair": "{n} \u5bf9",
       "bands.note": "\u6ce8\u610f\uff1aD \u51cf\u534a\uff0csin/cos \u7684\u5bf9\u6570\u4e5f\u51cf\u534a\uff0c\u4f46\u5b83\u4eec\u4ecd\u7136\u94fa\u6ee1 2\u03c0 \u5230 2\u03c0 \u00d7 base\uff0c\u6240\u4ee5\u6bcf\u4e2a\u6570\u91cf\u7ea7\u91cc\u5927\u7ea6\u53ea\u5269\u4e00\u534a\u3002",
       "bands.modeNote": "\u8fd9\u4e9b\u6ce2\u957f\u5c5e\u4e8e\u540c\u4e00 D \u4e0b\u7684\u6b63\u5f26\u5f0f\u8868\uff0c\u4ec5\u4f9b\u5bf9\u7167\uff1a\u4e0a\u9762\u9009\u4e2d\u7684\u8868\u6ca1\u6709\u6ce2\u957f\u3002",
+      "run.title": "\u8bad\u7ec3\u8fc7\u7a0b\uff1a\u5b66\u4e60\u5f0f\u4f4d\u7f6e\u8868\u4e00\u6b65\u4e00\u6b65\u7684\u53d8\u5316",
+      "run.file": "\uff08{file}\uff0c{S} \u4e2a\u5feb\u7167\uff09",
+      "run.stepLabel": "\u8bad\u7ec3\u6b65",
+      "run.stepHelp": "\u6bcf\u4e00\u683c\u662f\u8bad\u7ec3\u4e2d\u7684\u4e00\u4e2a\u5feb\u7167\u3002\u9009\u4e2d\u201c\u8bad\u7ec3\u597d\u7684\u201d\u4f4d\u7f6e\u7f16\u7801\u65f6\uff0c\u4e0b\u9762\u5404\u4e2a\u9762\u677f\u4e5f\u663e\u793a\u8fd9\u4e00\u6b65\u3002",
+      "run.tableCaption": "\u8fd9\u4e00\u6b65\u7684\u5b66\u4e60\u5f0f\u4f4d\u7f6e\u8868",
+      "run.table.aria": "\u6240\u9009\u8bad\u7ec3\u6b65\u7684\u5b66\u4e60\u5f0f\u4f4d\u7f6e\u8868\u70ed\u529b\u56fe",
+      "run.lossCaption": "\u635f\u5931\u968f\u8bad\u7ec3\u6b65\u7684\u53d8\u5316",
+      "run.loss.aria": "\u4e24\u79cd\u4f4d\u7f6e\u7f16\u7801\u7684\u8bad\u7ec3\u635f\u5931\u4e0e\u7559\u51fa\u635f\u5931\u968f\u8bad\u7ec3\u6b65\u7684\u53d8\u5316",
+      "run.cosCaption": "\u76f8\u90bb\u4f59\u5f26\u5747\u503c\u968f\u8bad\u7ec3\u6b65\u7684\u53d8\u5316",
+      "run.cos.aria": "\u5b66\u4e60\u5f0f\u8868\u76f8\u90bb\u884c\u7684\u5e73\u5747\u4f59\u5f26\u968f\u8bad\u7ec3\u6b65\u7684\u53d8\u5316",
+      "run.legend.trainLearned": "\u8bad\u7ec3\u96c6\uff0c\u5b66\u4e60\u5f0f",
+      "run.legend.heldoutLearned": "\u7559\u51fa\u96c6\uff0c\u5b66\u4e60\u5f0f",
+      "run.legend.trainSinusoidal": "\u8bad\u7ec3\u96c6\uff0c\u6b63\u5f26\u5f0f",
+      "run.legend.heldoutSinusoidal": "\u7559\u51fa\u96c6\uff0c\u6b63\u5f26\u5f0f",
+      "run.legend.learnedCos": "\u5b66\u4e60\u5f0f\u8868",
+      "run.legend.sinusoidalCos": "\u6b63\u5f26\u5f0f\u8868\uff08\u56fa\u5b9a\u4e0d\u53d8\uff09",
+      "run.adjacent": "\u7b2c {step} \u6b65\uff1a\u76f8\u90bb\u4f59\u5f26\u5747\u503c {mean}\uff08\u6b63\u5f26\u5f0f\u8868\u4e3a {sin}\uff09",
+      "run.loss": "\u7b2c {step} \u6b65\uff1a\u5b66\u4e60\u5f0f\u6a21\u578b\u7684\u635f\u5931\uff1a\u8bad\u7ec3\u96c6 {tl}\uff0c\u7559\u51fa\u96c6 {hl}\uff1b\u6b63\u5f26\u5f0f\u6a21\u578b\uff1a\u8bad\u7ec3\u96c6 {ts}\uff0c\u7559\u51fa\u96c6 {hs}",
+      "run.axis": "\u8bad\u7ec3\u6b65",
+      "run.note": "\u6ce8\u610f\uff1a\u7b2c\u4e00\u4e2a\u5feb\u7167\u662f\u521a\u521d\u59cb\u5316\u7684\u8868\uff0c\u53ea\u662f\u566a\u58f0\uff1b\u62d6\u52a8\u6ed1\u5757\uff0c\u770b\u8bad\u7ec3\u628a\u5b83\u53d8\u6210\u4ec0\u4e48\u6837\uff1a\u76f8\u90bb\u7684\u884c\u662f\u5426\u53d8\u5f97\u76f8\u50cf\uff0c\u53d8\u4e86\u591a\u5c11\u3002",
       "error.unreachable": "\u8fde\u4e0d\u4e0a tokpos \u670d\u52a1\u5668\uff08{path}\uff09",
       "error.http": "{path} \u8fd4\u56de HTTP {status}",
       "error.drawing": "\u7ed8\u56fe\u5931\u8d25\uff1a{message}",
@@ -322,6 +362,14 @@
   const baseValue = () => Number((10 ** Number($("base").value)).toPrecision(3));
 
   let trained = null;  // GET /api/trained: the table of serve --weights, or null
+  let run = null;  // GET /api/run: the training run of serve --weights RUN.safetensors, or null
+
+  // The step the run's slider points at (its value is an index into run.steps).
+  function runStep() {
+    if (!run) return null;
+    const i = Math.min(run.steps.length - 1, Math.max(0, Number($("run-step").value)));
+    return run.steps[i];
+  }
 
   function settings() {
     const seed = $("seed").value.trim();
@@ -335,6 +383,7 @@
       layout: $("layout").value,
       positions,
       seed: seed === "" ? "0" : seed,
+      step: runStep(),
     };
   }
 
@@ -349,6 +398,10 @@
     $("context-help").textContent = fixed ? t("trained.help", { file: trained.file, L: s.context, D: s.dim }) : t("context.help");
     $("base-value").value = int(s.base);
     $("base").setAttribute("aria-valuetext", String(s.base));
+    if (run) {
+      $("run-step-value").value = String(s.step);
+      $("run-step").setAttribute("aria-valuetext", String(s.step));
+    }
   }
 
   // ---- the API -----------------------------------------------------------
@@ -362,7 +415,7 @@
   }
 
   // The control each API parameter comes from.
-  const CONTROL_OF = { text: "text", dim: "dim", context: "context", base: "base", layout: "layout", seed: "seed" };
+  const CONTROL_OF = { text: "text", dim: "dim", context: "context", base: "base", layout: "layout", seed: "seed", step: "run-step" };
 
   function markInvalid(parameters) {
     for (const [name, id] of Object.entries(CONTROL_OF)) {
@@ -405,16 +458,19 @@
 
   function requests(s) {
     // A trained table's L and D are the file's: not sent (the server would refuse others).
+    // A training run's trained table is the snapshot at the slider's step.
     const table = s.positions === "trained"
-      ? { positions: s.positions }
+      ? (run ? { positions: s.positions, step: s.step } : { positions: s.positions })
       : { dim: s.dim, context: s.context, base: s.base, layout: s.layout, positions: s.positions, seed: s.seed };
     const half = Math.max(2, Math.floor(s.dim / 2));
-    return {
+    const urls = {
       embed: "/api/embed?" + query({ text: s.text, ...table }),
       similarity: "/api/similarity?" + query(table),
       waves: "/api/wavelengths?" + query({ dim: s.dim, base: s.base }),
       wavesHalf: "/api/wavelengths?" + query({ dim: half, base: s.base }),
     };
+    if (run) urls.runTable = "/api/run/table?" + query({ step: s.step });
+    return urls;
   }
 
   // ---- the update loop: light debounce, the latest input wins ---------------
@@ -511,6 +567,10 @@
     stale("matrix-title", "similarity");
     if (fresh.waves && fresh.wavesHalf) renderBands(fresh.waves, fresh.wavesHalf);
     stale("bands-title", "waves");
+    if (run) {
+      if (fresh.runTable) renderRun(fresh.runTable);
+      stale("run-title", "runTable");
+    }
   }
 
   // The notes that depend on the positions shown: sinusoidal, learned or trained.
@@ -528,6 +588,7 @@
     if (last.embed) renderEmbed(last.embed);
     if (last.similarity) renderSimilarity(last.similarity);
     if (last.waves && last.wavesHalf) renderBands(last.waves, last.wavesHalf);
+    if (run && last.runTable) renderRun(last.runTable);
   }
 
   function chip(id, t_) {
@@ -807,7 +868,7 @@
       tooltip.style.left = `${Math.min(window.innerWidth - w - 4, x + pad)}px`;
       tooltip.style.top = `${Math.min(window.innerHeight - h - 4, y + pad)}px`;
       this.canvas.setAttribute("aria-description", tooltip.textContent.replace(/\n/g, ", "));
-      hoverRow(this.canvas.id === "matrix" ? -1 : r);
+      hoverRow(this.canvas.id === "matrix" || this.canvas.id === "run-table" ? -1 : r);
     }
 
     hide() {
@@ -861,7 +922,91 @@
     position: new Heatmap("heat-position", "legend-position"),
     sum: new Heatmap("heat-sum", "legend-sum"),
     matrix: new Heatmap("matrix", "legend-matrix", { fixedScale: 1, square: true, what: "cos", columnLabel: (q) => `q = ${q}` }),
+    run: new Heatmap("run-table", "legend-run"),
   };
+
+  // ---- a training run (serve --weights RUN.safetensors) ----------------------
+
+  const RUN_COLOURS = { learned: "#b2182b", sinusoidal: "#1f5fbf" };
+
+  // GET /api/run/table's answer for the slider's step: the table, its
+  // adjacent cosine, the losses at that step, and the marker on the charts.
+  function renderRun(rt) {
+    const i = Math.max(0, run.steps.indexOf(rt.step));
+    $("run-table-dims").textContent = `(L = ${rt.context}, D = ${rt.dim})`;
+    heatmaps.run.set(rt.table, rt.dim, (p) => t("row.position", { t: p }));
+    $("run-adjacent").textContent = t("run.adjacent", {
+      step: rt.step, mean: fmt(rt.adjacent_mean, 3), sin: fmt(run.sinusoidal_adjacent_mean, 3) });
+    const l = run.losses;
+    $("run-loss").textContent = t("run.loss", {
+      step: rt.step, tl: fmt(l.train_learned[i], 4), hl: fmt(l.heldout_learned[i], 4),
+      ts: fmt(l.train_sinusoidal[i], 4), hs: fmt(l.heldout_sinusoidal[i], 4) });
+    drawRunChart($("run-loss-chart"), run.steps, [
+      { ys: l.train_learned, colour: RUN_COLOURS.learned },
+      { ys: l.heldout_learned, colour: RUN_COLOURS.learned, dashed: true },
+      { ys: l.train_sinusoidal, colour: RUN_COLOURS.sinusoidal },
+      { ys: l.heldout_sinusoidal, colour: RUN_COLOURS.sinusoidal, dashed: true },
+    ], rt.step);
+    drawRunChart($("run-cos-chart"), run.steps, [
+      { ys: run.adjacent_mean, colour: RUN_COLOURS.learned },
+      { ys: run.steps.map(() => run.sinusoidal_adjacent_mean), colour: RUN_COLOURS.sinusoidal, dashed: true },
+    ], rt.step);
+  }
+
+  // Lines of ys against xs, a vertical marker at x = marker.
+  function drawRunChart(canvas, xs, series, marker) {
+    const { ctx, width, height } = fitCanvas(canvas, 170);
+    ctx.clearRect(0, 0, width, height);
+    const left = 44, right = 10, top = 8, bottom = 30;
+    const w = width - left - right, h = height - top - bottom;
+    let lo = Infinity, hi = -Infinity;
+    for (const s of series) for (const v of s.ys) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    if (!(lo <= hi)) { lo = 0; hi = 1; }
+    const pad = hi > lo ? 0.06 * (hi - lo) : Math.max(0.05, Math.abs(hi) * 0.05);
+    lo -= pad; hi += pad;
+    const x0 = xs[0], x1 = xs.length > 1 ? xs[xs.length - 1] : xs[0] + 1;
+    const X = (x) => left + ((x - x0) / (x1 - x0)) * w;
+    const Y = (y) => top + ((hi - y) / (hi - lo)) * h;
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.lineWidth = 1;
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    const ystep = niceStep(hi - lo, 4);
+    for (let y = Math.ceil(lo / ystep) * ystep; y <= hi + 1e-12; y += ystep) {
+      ctx.strokeStyle = "#e3e6ec";
+      ctx.beginPath();
+      ctx.moveTo(left, Math.round(Y(y)) + 0.5);
+      ctx.lineTo(left + w, Math.round(Y(y)) + 0.5);
+      ctx.stroke();
+      ctx.fillStyle = "#5b6475";
+      ctx.fillText(fmt(Math.abs(y) < ystep * 1e-6 ? 0 : y, 3), left - 6, Y(y));
+    }
+    ctx.textAlign = "center";
+    ctx.textBaseline = "top";
+    const xstep = niceStep(x1 - x0, 6);
+    for (let x = Math.ceil(x0 / xstep) * xstep; x <= x1 + 1e-9; x += xstep) ctx.fillText(String(x), X(x), top + h + 4);
+    ctx.fillText(t("run.axis"), left + w / 2, top + h + 16);
+    ctx.strokeStyle = "#f0a500";
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    ctx.moveTo(X(marker), top);
+    ctx.lineTo(X(marker), top + h);
+    ctx.stroke();
+    for (const s of series) {
+      ctx.strokeStyle = s.colour;
+      ctx.lineWidth = 1.8;
+      ctx.setLineDash(s.dashed ? [6, 4] : []);
+      ctx.beginPath();
+      s.ys.forEach((y, k) => (k ? ctx.lineTo(X(xs[k]), Y(y)) : ctx.moveTo(X(xs[k]), Y(y))));
+      ctx.stroke();
+    }
+    ctx.setLineDash([]);
+  }
+
+  function showRunInfo() {
+    $("run-panel").hidden = !run;
+    if (run) $("run-file").textContent = t("run.file", { file: run.file, S: run.steps.length });
+  }
 
   // by_offset {offsets: [k...], mean_cosine: [...]} as [[k, mean cosine], ...].
   function offsetSeries(b) {
@@ -1059,6 +1204,7 @@
     showControlValues(settings());
     showStatus();
     showModeNotes();
+    showRunInfo();
   }
   for (const b of document.querySelectorAll(".lang button")) b.addEventListener("click", () => setLang(b.dataset.lang));
 
@@ -1069,7 +1215,8 @@
     if (trained) $("trained-label").textContent = t("positions.trained", { file: trained.file });
   }
 
-  // serve --weights: a "trained" choice for its table.
+  // serve --weights: a "trained" choice for its table; for a training run,
+  // the run's panel and its slider over the steps (at the last step).
   async function loadTrained() {
     try {
       const info = await getJson("/api/trained");
@@ -1077,7 +1224,20 @@
     } catch (e) {
       trained = null;  // an older server: no trained choice
     }
+    try {
+      const info = await getJson("/api/run");
+      run = info && info.run ? info.run : null;
+    } catch (e) {
+      run = null;  // an older server: no run
+    }
+    if (run) {
+      const slider = $("run-step");
+      slider.max = String(run.steps.length - 1);
+      slider.value = String(run.steps.length - 1);
+      slider.addEventListener("input", schedule);
+    }
     showTrainedChoice();
+    showRunInfo();
   }
 
   applyLang();
