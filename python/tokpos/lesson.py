@@ -80,8 +80,9 @@ BYTE_OFFSET = 4  # id = byte + 4, the byte tokenizer of tokpos demo
 VOCAB = 256 + BYTE_OFFSET
 HELDOUT_FRACTION = 0.1
 
-# The defaults: both schemes in about 2.5 minutes on one core of a busy 2-core machine. One
-# thread by default: two threads on a machine whose cores are busy spend most of their time waiting.
+# The defaults: both schemes in about 65 s of CPU time on one core (130 s and 245 s of wall time
+# measured on a 2-core machine busy with other builds). One thread by default: two threads on a
+# machine whose cores are busy spend most of their time waiting for each other.
 DEFAULTS = dict(
     steps=600, every=25, seed=0, threads=1, layers=2, heads=4, dim=64, context=128, batch=16, lr=3e-3,
     text="positions",
