@@ -74,7 +74,7 @@ SCHEME_NAMES = {
     "en": {"learned": "learned", "sinusoidal": "sinusoidal"},
     "zh": {"learned": "可学习", "sinusoidal": "正弦"},
 }
-OFFSETS = (1, 2, 4, 8, 16, 32)  # the cosine by offset recorded per snapshot (those < L)
+OFFSETS = (1, 2, 4, 8, 16, 32, 64)  # the cosine by offset recorded per snapshot (those < L)
 FIT_OFFSETS = (1, 8)  # the relative-position fit recorded per snapshot (those < L)
 BYTE_OFFSET = 4  # id = byte + 4, the byte tokenizer of tokpos demo
 VOCAB = 256 + BYTE_OFFSET

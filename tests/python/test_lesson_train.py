@@ -27,8 +27,8 @@ from safetensors import safe_open  # noqa: E402
 from tokpos import lesson  # noqa: E402
 
 # Tiny settings: a run of a few steps takes well under a second.
-TINY = dict(steps=4, every=2, layers=1, heads=2, dim=16, context=16, batch=2, threads=1)
-TINY_ARGS = ["--steps", "4", "--every", "2", "--layers", "1", "--heads", "2", "--dim", "16", "--context", "16",
+TINY = dict(steps=4, every=2, layers=1, heads=2, dim=16, context=72, batch=2, threads=1)  # offsets up to 64 < L
+TINY_ARGS = ["--steps", "4", "--every", "2", "--layers", "1", "--heads", "2", "--dim", "16", "--context", "72",
              "--batch", "2", "--threads", "1"]
 
 
@@ -82,7 +82,7 @@ def test_the_run_restores_the_thread_settings():
 
 def test_the_run_file_reads_back_with_safetensors(tiny_file):
     path, doc, _ = tiny_file
-    L, D, S = 16, 16, [0, 2, 4]
+    L, D, S = 72, 16, [0, 2, 4]
     with safe_open(str(path), framework="numpy") as f:
         meta = f.metadata()
         names = set(f.keys())
@@ -120,7 +120,7 @@ def test_past_L_the_learned_table_refuses_and_the_sinusoidal_one_extends(tiny_fi
     assert beyond == doc["beyond"]
     learned, sinusoidal = beyond["learned"], beyond["sinusoidal"]
     assert learned["policy"] == "error" and learned["loss"] is None
-    assert "16 rows" in learned["message"] and "31" in learned["message"]  # the limit L and the last position asked
+    assert "72 rows" in learned["message"] and "143" in learned["message"]  # the limit L and the last position asked
     assert sinusoidal["policy"] == "extend"
     assert np.isfinite(sinusoidal["loss"]) and np.isfinite(sinusoidal["loss_within"])
     assert sinusoidal["windows"] == learned["windows"] >= 1
@@ -157,7 +157,8 @@ def _numpy_diagnostics(P32: np.ndarray) -> dict:
     L = P.shape[0]
     adj = _cos_rows(P[:-1], P[1:])
     out = {"adjacent_cosine": {"mean": adj.mean(), "std": adj.std(), "min": adj.min(), "max": adj.max()}}
-    out["cosine_by_offset"] = {str(k): _cos_rows(P[: L - k], P[k:]).mean() for k in (1, 2, 4, 8, 16, 32) if k < L}
+    offsets = [k for k in (1, 2, 4, 8, 16, 32, 64) if k < L]
+    out["cosine_by_offset"] = {str(k): _cos_rows(P[: L - k], P[k:]).mean() for k in offsets}
     out["relative_fit"] = {}
     for k in (1, 8):
         relative, worst = _rotation_fit(P, k)
