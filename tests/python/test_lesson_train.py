@@ -61,6 +61,26 @@ def test_short_run_is_bitwise_reproducible(tmp_path):
     assert c.read_bytes() != a.read_bytes()
 
 
+def test_two_threads_are_reproducible_too(tmp_path):
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    lesson.train(**dict(TINY, threads=2, steps=2, every=1), out=a)
+    lesson.train(**dict(TINY, threads=2, steps=2, every=1), out=b)
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_longer_run_begins_with_the_shorter_one():
+    """The batches of step n do not depend on --steps: a longer run's first
+    steps are the shorter run's (docs/lessons.md's longer run relies on it)."""
+    short = lesson.train(**dict(TINY, steps=2, every=1))
+    long = lesson.train(**dict(TINY, steps=4, every=1))
+    assert long.steps[:3] == short.steps == [0, 1, 2]
+    for s_table, l_table in zip(short.tables, long.tables):
+        assert s_table.tobytes() == l_table.tobytes()
+    for scheme in ("learned", "sinusoidal"):
+        assert long.loss["heldout"][scheme][:3].tobytes() == short.loss["heldout"][scheme].tobytes()
+        assert long.loss["train"][scheme][:3].tobytes() == short.loss["train"][scheme].tobytes()
+
+
 def test_both_schemes_see_the_same_start_and_data():
     """Trained alone, each scheme gives the losses it gives beside the other."""
     both = lesson.train(**TINY)
