@@ -127,7 +127,11 @@ class TrainingRun:
         }
 
     def tensors(self) -> list:
-        """The run file's tensors, (name, float32 C-contiguous array), in file order."""
+        """The run file's tensors, (name, float32 C-contiguous array), in file
+        order; a run of one scheme has no run file (ValueError)."""
+        trained = sorted(self.loss["train"])
+        if trained != ["learned", "sinusoidal"]:
+            raise ValueError(f"this run trained {', '.join(trained)} only; the run file needs both schemes")
         out = [(f"positions.step_{s}", np.ascontiguousarray(t, dtype=np.float32))
                for s, t in zip(self.steps, self.tables)]
         out.append(("positions.sinusoidal", np.ascontiguousarray(self.sinusoidal, dtype=np.float32)))

@@ -81,12 +81,15 @@ def test_a_longer_run_begins_with_the_shorter_one():
         assert long.loss["train"][scheme][:3].tobytes() == short.loss["train"][scheme].tobytes()
 
 
-def test_both_schemes_see_the_same_start_and_data():
+def test_both_schemes_see_the_same_start_and_data(tmp_path):
     """Trained alone, each scheme gives the losses it gives beside the other."""
     both = lesson.train(**TINY)
     alone = lesson.train(**TINY, scheme="sinusoidal")
     assert alone.loss["heldout"]["sinusoidal"].tobytes() == both.loss["heldout"]["sinusoidal"].tobytes()
     assert "learned" not in alone.loss["train"] and alone.tables == []
+    with pytest.raises(ValueError, match="this run trained sinusoidal only; the run file needs both schemes"):
+        alone.save(tmp_path / "run.safetensors")
+    assert not (tmp_path / "run.safetensors").exists()
 
 
 def test_the_run_restores_the_thread_settings():
