@@ -1,6 +1,6 @@
 // A training run (RUN.safetensors, "tokpos.run" metadata) read by
 // frontend::load_training_run and shown by tokpos plot --weights RUN and
-// tokpos serve --weights RUN: the reader's checks and errors, the three
+// tokpos serve --weights RUN: the reader's checks and errors, the four
 // pictures, and the API's answers for a step. The run file is written here
 // with write_safetensors (L 16, D 8, steps 0, 5, 10).
 #include <gtest/gtest.h>
@@ -28,6 +28,7 @@
 #include "plots.h"
 #include "serve/server.h"
 #include "serve_process.h"
+#include "tokpos/diagnostics.h"
 #include "tokpos/error.h"
 #include "tokpos/safetensors.h"
 
@@ -263,17 +264,30 @@ TEST_F(RunView, TheDiagnosticsAreTheSnapshotsCosines) {
   // The fixture's run grows smooth: noise at step 0, neighbours alike at step 10.
   EXPECT_LT(std::abs(d.learned[0][0]), 0.5);
   EXPECT_GT(d.learned[0][2], 0.9);
+  // The rotation fit is the library's (tested against its own reference in
+  // diagnostics_test), at k = 1 and 8, for each snapshot and the sinusoidal table.
+  EXPECT_EQ(d.fit_offsets, (std::vector<int64_t>{1, 8}));
+  ASSERT_EQ(d.fit_learned.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    for (size_t s = 0; s < 3; ++s) {
+      EXPECT_EQ(d.fit_learned[i][s],
+                tokpos::relative_position_fit(table_of(spec_, 5 * static_cast<int64_t>(s)), L, D, d.fit_offsets[i]).relative);
+    }
+  }
+  EXPECT_LT(d.fit_sinusoidal[0], 1e-5);  // the sinusoidal table is a rotation, step to step
+  EXPECT_GT(d.fit_learned[0][0], 0.5);   // noise is not
 }
 
-TEST_F(RunView, PlotDrawsTheThreePicturesWithTheSnapshotsCells) {
+TEST_F(RunView, PlotDrawsTheFourPicturesWithTheSnapshotsCells) {
   tokpos::plot::PlotOptions o{.out = dir_ + "/out", .weights = path_, .lang = "en"};
   std::ostringstream log, warn;
   const auto files = tokpos::plot::make_plots(o, log, warn);
   EXPECT_EQ(warn.str(), "");
-  ASSERT_EQ(files.size(), 3u);
+  ASSERT_EQ(files.size(), 4u);
   EXPECT_EQ(files[0].name, "run_heatmaps");
   EXPECT_EQ(files[1].name, "run_diagnostics");
-  EXPECT_EQ(files[2].name, "run_loss");
+  EXPECT_EQ(files[2].name, "run_fit");
+  EXPECT_EQ(files[3].name, "run_loss");
   for (const auto& f : files) {
     const Image img(o.out + "/" + f.name + ".png");
     ASSERT_TRUE(img.ok()) << f.name;
@@ -329,7 +343,7 @@ Ran sh(const std::string& cmd, const std::string& dir) {
 TEST_F(RunView, TheCommandNeedsNoPresetForARunAndRefusesOne) {
   const Ran ok = sh(TOKPOS_CLI " plot --weights " + path_ + " --out " + dir_ + "/cli --lang zh", dir_);
   EXPECT_EQ(ok.rc, 0) << ok.err;
-  for (const char* name : {"run_heatmaps", "run_diagnostics", "run_loss"}) {
+  for (const char* name : {"run_heatmaps", "run_diagnostics", "run_fit", "run_loss"}) {
     EXPECT_TRUE(std::filesystem::exists(dir_ + "/cli/" + name + ".png")) << name;
     EXPECT_NE(ok.out.find("wrote " + dir_ + "/cli/" + name + ".png"), std::string::npos) << ok.out;
   }

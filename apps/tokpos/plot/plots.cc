@@ -239,7 +239,10 @@ struct Line {
 void line_chart(cairo_t* cr, const std::vector<Line>& lines, double x0, double x1, double y0, double y1,
                 const std::string& xlabel, const std::string& ylabel) {
   const Axes a{kSeriesRect, x0, x1, y0, y1, false};
-  draw_axes(cr, a, xlabel, ylabel, nice_ticks(x0, x1, 8), nice_ticks(y0, y1, 6));
+  // x is an optimizer step: whole numbers only.
+  std::vector<double> xticks = nice_ticks(x0, x1, 8);
+  std::erase_if(xticks, [](double t) { return t != std::floor(t); });
+  draw_axes(cr, a, xlabel, ylabel, xticks, nice_ticks(y0, y1, 6));
   cairo_save(cr);
   cairo_rectangle(cr, a.area.x, a.area.y, a.area.w, a.area.h);
   cairo_clip(cr);
@@ -300,7 +303,7 @@ std::vector<PlotFile> make_run_plots(const PlotOptions& o, std::ostream& log, st
     return frontend::tr(lang, key, args);
   };
   check_out(o.out);
-  Progress progress("plot", 5);
+  Progress progress("plot", 6);
   progress.step("reading " + o.weights);
   const frontend::TrainingRun run = frontend::load_training_run(o.weights);
   const RunDiagnostics diag = run_diagnostics(run);
@@ -359,6 +362,24 @@ std::vector<PlotFile> make_run_plots(const PlotOptions& o, std::ostream& log, st
          auto [lo, hi] = padded_range(all);
          line_chart(cr, diag_lines, x0, x1, std::min(lo, 0.0), std::max(hi, 1.0), tr("run.axis.step"),
                     tr("run.axis.cosine"));
+       });
+
+  std::vector<Line> fit_lines;
+  for (size_t i = 0; i < diag.fit_offsets.size(); ++i) {
+    const Rgb c = kSeriesColors[(i + 1) % 5];
+    fit_lines.push_back({tr("run.fit.offset", {std::to_string(diag.fit_offsets[i])}), steps, diag.fit_learned[i], c, false});
+    fit_lines.push_back({"", {x0, x1}, {diag.fit_sinusoidal[i], diag.fit_sinusoidal[i]}, c, true});
+  }
+  save("run_fit",
+       tr("run.caption.fit", {fmt("%.3g", diag.fit_learned[0].front()), std::to_string(run.steps.front()),
+                              fmt("%.3g", diag.fit_learned[0].back()), last_step, fmt("%.3g", diag.fit_sinusoidal[0])}),
+       [&](cairo_t* cr) {
+         title(cr, tr("run.fit.title"), tr("run.fit.sub"));
+         std::vector<const std::vector<double>*> all;
+         for (const auto& l : fit_lines) all.push_back(&l.y);
+         auto [lo, hi] = padded_range(all);
+         line_chart(cr, fit_lines, x0, x1, std::min(lo, 0.0), std::max(hi, 1.0), tr("run.axis.step"),
+                    tr("run.axis.residual"));
        });
 
   const auto as_double = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
@@ -453,6 +474,14 @@ RunDiagnostics run_diagnostics(const frontend::TrainingRun& run) {
     for (const auto& b : by_offset) series.push_back(b[static_cast<size_t>(k)]);
     d.learned.push_back(std::move(series));
     d.sinusoidal.push_back(sinus[static_cast<size_t>(k)]);
+  }
+  for (const int64_t k : {1, 8}) {
+    if (k >= L) continue;
+    d.fit_offsets.push_back(k);
+    std::vector<double> series;
+    for (const auto& snap : run.snapshots) series.push_back(relative_position_fit(snap.table, L, D, k).relative);
+    d.fit_learned.push_back(std::move(series));
+    d.fit_sinusoidal.push_back(relative_position_fit(run.sinusoidal, L, D, k).relative);
   }
   return d;
 }

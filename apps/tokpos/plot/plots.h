@@ -24,8 +24,8 @@ struct PlotOptions {
   // fresh tables' pictures, the file's trained position table beside a
   // sinusoidal table of its shape (base and layout as above).
   // --weights RUN.safetensors (a file with "tokpos.run" metadata, from
-  // python -m tokpos train) needs no preset: it draws the run's three
-  // pictures instead (run_heatmaps, run_diagnostics, run_loss).
+  // python -m tokpos train) needs no preset: it draws the run's four
+  // pictures instead (run_heatmaps, run_diagnostics, run_fit, run_loss).
   std::string weights{};
   std::string preset{};
   std::vector<std::string> map{};
@@ -82,6 +82,13 @@ struct RunDiagnostics {
   // learned[i][s]: mean over p of cos(P[p], P[p+k]) for k = offsets[i], of snapshot s.
   std::vector<std::vector<double>> learned;
   std::vector<double> sinusoidal;  // [i]: the same for the run's sinusoidal table
+  // The rotation fit PE(p+k) = R_k PE(p) (tokpos::relative_position_fit,
+  // interleaved column pairs) at fit_offsets (those of 1, 8 below L): its
+  // relative residual for each snapshot, fit_learned[i][s], and for the
+  // sinusoidal table, fit_sinusoidal[i].
+  std::vector<int64_t> fit_offsets;
+  std::vector<std::vector<double>> fit_learned;
+  std::vector<double> fit_sinusoidal;
 };
 // Throws tokpos::Error for a table larger than tokpos plot draws, as compare_trained does.
 RunDiagnostics run_diagnostics(const frontend::TrainingRun& run);
@@ -96,8 +103,8 @@ struct PlotFile {
 // Writes every picture (PNG and SVG) into options.out and lists them, in
 // order: the fresh tables' eight, or with options.weights the three of the
 // trained table (trained_table, trained_similarity_matrix,
-// trained_similarity_by_offset), or for a training run its three
-// (run_heatmaps, run_diagnostics, run_loss). A checkpoint needs
+// trained_similarity_by_offset), or for a training run its four
+// (run_heatmaps, run_diagnostics, run_fit, run_loss). A checkpoint needs
 // options.preset; a training run refuses it and options.map. Throws tokpos::Error for a bad --out or a
 // failed write, naming the path. Characters no installed font can draw are
 // named on `warn` (missing_glyphs_warning).
