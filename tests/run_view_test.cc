@@ -66,10 +66,13 @@ float snapshot_value(int64_t s, int64_t p, int64_t d) {
 
 RunSpec good_run() {
   RunSpec r;
-  r.metadata = {{"tokpos.run", "1"},
-                {"steps", "[0, 5, 10]"},
-                {"config", R"({"layers": 2, "heads": 4, "dim": 8, "context": 16, "vocab": 260, "seed": 0, "steps": 10, "every": 5})"},
-                {"beyond", R"({"learned": {"policy": "error", "message": "position 16 is past L = 16", "loss": null}, "sinusoidal": {"loss": 2.5, "loss_within": 2.0}})"}};
+  r.metadata = {
+      {"tokpos.run", "1"},
+      {"steps", "[0, 5, 10]"},
+      {"config",
+       R"({"layers": 2, "heads": 4, "dim": 8, "context": 16, "vocab": 260, "seed": 0, "steps": 10, "every": 5})"},
+      {"beyond",
+       R"({"learned": {"policy": "error", "message": "position 16 is past L = 16", "loss": null}, "sinusoidal": {"loss": 2.5, "loss_within": 2.0}})"}};
   for (const int64_t s : {0, 5, 10}) {
     RunSpec::Tensor t{{L, D}, {}};
     for (int64_t p = 0; p < L; ++p)
@@ -219,7 +222,8 @@ TEST_F(RunView, AMissingSnapshotOrAWrongShapeIsNamed) {
 }
 
 TEST_F(RunView, ANonFiniteValueIsRefusedNamingWhere) {
-  std::string p = spoiled("nan", [](RunSpec& r) { r.tensors["positions.step_5"].values[3 * D + 1] = std::nanf(""); });
+  std::string p =
+      spoiled("nan", [](RunSpec& r) { r.tensors["positions.step_5"].values[3 * D + 1] = std::nanf(""); });
   expect_error([&] { tokpos::frontend::load_training_run(p); }, Status::kInvalidArgument,
                {p + ": tensor 'positions.step_5'", "row 3 holds nan at column 1",
                 "every value of a position table must be finite"});
@@ -238,14 +242,16 @@ struct Image {
   int width() const { return cairo_image_surface_get_width(s); }
   int height() const { return cairo_image_surface_get_height(s); }
   std::array<int, 3> at(double x, double y) const {
-    const auto* row = cairo_image_surface_get_data(s) + static_cast<int>(y) * cairo_image_surface_get_stride(s);
+    const auto* row =
+        cairo_image_surface_get_data(s) + static_cast<int>(y) * cairo_image_surface_get_stride(s);
     const uint32_t p = reinterpret_cast<const uint32_t*>(row)[static_cast<int>(x)];
     return {static_cast<int>((p >> 16) & 255), static_cast<int>((p >> 8) & 255), static_cast<int>(p & 255)};
   }
 };
 
 bool near(std::array<int, 3> c, tokpos::plot::Rgb want, int tol = 3) {
-  return std::abs(c[0] - std::lround(want.r * 255)) <= tol && std::abs(c[1] - std::lround(want.g * 255)) <= tol &&
+  return std::abs(c[0] - std::lround(want.r * 255)) <= tol &&
+         std::abs(c[1] - std::lround(want.g * 255)) <= tol &&
          std::abs(c[2] - std::lround(want.b * 255)) <= tol;
 }
 
@@ -256,10 +262,12 @@ TEST_F(RunView, TheDiagnosticsAreTheSnapshotsCosines) {
   ASSERT_EQ(d.learned.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     for (size_t s = 0; s < 3; ++s) {
-      EXPECT_NEAR(d.learned[i][s], mean_cos_at(table_of(spec_, int64_t{5} * static_cast<int64_t>(s)), d.offsets[i]),
-                  1e-9) << i << ", " << s;
+      EXPECT_NEAR(d.learned[i][s],
+                  mean_cos_at(table_of(spec_, int64_t{5} * static_cast<int64_t>(s)), d.offsets[i]), 1e-9)
+          << i << ", " << s;
     }
-    EXPECT_NEAR(d.sinusoidal[i], mean_cos_at(spec_.tensors["positions.sinusoidal"].values, d.offsets[i]), 1e-9);
+    EXPECT_NEAR(d.sinusoidal[i], mean_cos_at(spec_.tensors["positions.sinusoidal"].values, d.offsets[i]),
+                1e-9);
   }
   // The fixture's run grows smooth: noise at step 0, neighbours alike at step 10.
   EXPECT_LT(std::abs(d.learned[0][0]), 0.5);
@@ -270,8 +278,9 @@ TEST_F(RunView, TheDiagnosticsAreTheSnapshotsCosines) {
   ASSERT_EQ(d.fit_learned.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     for (size_t s = 0; s < 3; ++s) {
-      EXPECT_EQ(d.fit_learned[i][s],
-                tokpos::relative_position_fit(table_of(spec_, 5 * static_cast<int64_t>(s)), L, D, d.fit_offsets[i]).relative);
+      EXPECT_EQ(d.fit_learned[i][s], tokpos::relative_position_fit(
+                                         table_of(spec_, 5 * static_cast<int64_t>(s)), L, D, d.fit_offsets[i])
+                                         .relative);
     }
   }
   EXPECT_LT(d.fit_sinusoidal[0], 1e-5);  // the sinusoidal table is a rotation, step to step
@@ -349,7 +358,8 @@ TEST_F(RunView, TheCommandNeedsNoPresetForARunAndRefusesOne) {
   }
   const Ran preset = sh(TOKPOS_CLI " plot --weights " + path_ + " --preset gpt2 --out " + dir_ + "/x", dir_);
   EXPECT_NE(preset.rc, 0);
-  EXPECT_NE(preset.err.find("is a training run (it has \"tokpos.run\" metadata): leave them out"), std::string::npos)
+  EXPECT_NE(preset.err.find("is a training run (it has \"tokpos.run\" metadata): leave them out"),
+            std::string::npos)
       << preset.err;
   const std::string bad = spoiled("bad", [](RunSpec& r) { r.tensors.erase("positions.step_10"); });
   const Ran missing = sh(TOKPOS_CLI " plot --weights " + bad + " --out " + dir_ + "/y", dir_);
@@ -373,12 +383,13 @@ TEST_F(RunView, TheApiAnswersForAStep) {
   EXPECT_EQ(info["context"], L);
   EXPECT_EQ(info["dim"], D);
   EXPECT_EQ(info["file"], "run.safetensors");
-  EXPECT_EQ(info["losses"]["heldout_learned"].get<std::vector<float>>(), (std::vector<float>{5.6f, 3.5f, 2.75f}));
+  EXPECT_EQ(info["losses"]["heldout_learned"].get<std::vector<float>>(),
+            (std::vector<float>{5.6f, 3.5f, 2.75f}));
   EXPECT_EQ(info["config"]["every"], 5);
   EXPECT_EQ(info["beyond"]["learned"]["policy"], "error");
   for (size_t s = 0; s < 3; ++s) {
-    EXPECT_NEAR(info["adjacent_mean"][s].get<double>(), mean_cos_at(table_of(spec_, 5 * static_cast<int64_t>(s)), 1),
-                1e-9);
+    EXPECT_NEAR(info["adjacent_mean"][s].get<double>(),
+                mean_cos_at(table_of(spec_, 5 * static_cast<int64_t>(s)), 1), 1e-9);
   }
   EXPECT_EQ(json::parse(tokpos::serve::api_run(nullptr).body), json::parse(R"({"run": null})"));
 
@@ -387,7 +398,8 @@ TEST_F(RunView, TheApiAnswersForAStep) {
   ASSERT_EQ(table["table"].size(), static_cast<size_t>(L));
   for (int64_t p = 0; p < L; ++p) {
     const auto row = table["table"][static_cast<size_t>(p)].get<std::vector<float>>();
-    EXPECT_EQ(row, std::vector<float>(table_of(spec_, 5).begin() + p * D, table_of(spec_, 5).begin() + (p + 1) * D));
+    EXPECT_EQ(row, std::vector<float>(table_of(spec_, 5).begin() + p * D,
+                                      table_of(spec_, 5).begin() + (p + 1) * D));
   }
   EXPECT_NEAR(table["adjacent_mean"].get<double>(), mean_cos_at(table_of(spec_, 5), 1), 1e-9);
   EXPECT_EQ(ok(tokpos::serve::api_run_table({}, &run))["step"], 10);  // the last step by default
@@ -397,12 +409,15 @@ TEST_F(RunView, TheApiAnswersForAStep) {
   const json sim = ok(tokpos::serve::api_similarity({{"positions", "trained"}, {"step", "0"}}, last, &run));
   EXPECT_EQ(sim["config"]["step"], 0);
   for (int64_t p = 0; p + 1 < L; ++p) {
-    EXPECT_NEAR(sim["adjacent"][static_cast<size_t>(p)].get<double>(), cos_rows(table_of(spec_, 0), p, p + 1), 1e-12)
+    EXPECT_NEAR(sim["adjacent"][static_cast<size_t>(p)].get<double>(), cos_rows(table_of(spec_, 0), p, p + 1),
+                1e-12)
         << p;
   }
-  EXPECT_NEAR(ok(tokpos::serve::api_similarity({{"positions", "trained"}}, last, &run))["adjacent"][0].get<double>(),
-              cos_rows(table_of(spec_, 10), 0, 1), 1e-12);
-  const json embed = ok(tokpos::serve::api_embed({{"text", "Hi"}, {"positions", "trained"}, {"step", "5"}}, last, &run));
+  EXPECT_NEAR(
+      ok(tokpos::serve::api_similarity({{"positions", "trained"}}, last, &run))["adjacent"][0].get<double>(),
+      cos_rows(table_of(spec_, 10), 0, 1), 1e-12);
+  const json embed =
+      ok(tokpos::serve::api_embed({{"text", "Hi"}, {"positions", "trained"}, {"step", "5"}}, last, &run));
   EXPECT_EQ(embed["position_rows"][1].get<std::vector<float>>(),
             std::vector<float>(table_of(spec_, 5).begin() + D, table_of(spec_, 5).begin() + 2 * D));
   EXPECT_EQ(embed["config"]["weights"], "run.safetensors");
@@ -418,8 +433,10 @@ TEST_F(RunView, AStepThatIsNotTheRunsIsA400NamingStep) {
     return j["error"].get<std::string>();
   };
   std::string e = error_of(tokpos::serve::api_run_table({{"step", "7"}}, &run));
-  EXPECT_NE(e.find("step = 7 is not a step of the training run run.safetensors: its 3 snapshots are at steps 0, 5, 10"),
-            std::string::npos) << e;
+  EXPECT_NE(e.find("step = 7 is not a step of the training run run.safetensors: its 3 snapshots are at steps "
+                   "0, 5, 10"),
+            std::string::npos)
+      << e;
   e = error_of(tokpos::serve::api_similarity({{"positions", "trained"}, {"step", "11"}}, last, &run));
   EXPECT_NE(e.find("11"), std::string::npos) << e;
   e = error_of(tokpos::serve::api_similarity({{"positions", "sinusoidal"}, {"step", "5"}}, last, &run));
@@ -456,8 +473,10 @@ TEST_F(RunView, ServeWeightsRunStartsWithoutPresetAndABadRunStopsIt) {
     const std::string bad = spoiled("bad", [](RunSpec& r) { r.metadata["steps"] = "[0, 5, 5]"; });
     serve_test::ServerProcess s({"--weights", bad});
     EXPECT_EQ(s.wait_exit(), 1);
-    EXPECT_NE(s.err().find("tokpos serve: error: " + bad + ": metadata 'steps': entry 2 = '5' does not follow 5"),
-              std::string::npos) << s.err();
+    EXPECT_NE(
+        s.err().find("tokpos serve: error: " + bad + ": metadata 'steps': entry 2 = '5' does not follow 5"),
+        std::string::npos)
+        << s.err();
   }
 }
 
