@@ -369,6 +369,32 @@ TEST_F(RunView, TheCommandNeedsNoPresetForARunAndRefusesOne) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/y"));
 }
 
+// --lang labels a run's pictures only: beside a checkpoint or no file it is refused, not ignored.
+TEST_F(RunView, LangIsRefusedWhereItWouldBeIgnored) {
+  std::vector<float> t(L * D, 0.5f);
+  const std::string ckpt = dir_ + "/gpt2.safetensors";
+  tokpos::write_safetensors(ckpt, {{"wte.weight", "F32", {L, D}, t.data(), t.size() * 4},
+                                   {"wpe.weight", "F32", {L, D}, t.data(), t.size() * 4}});
+  std::ostringstream log;
+  expect_error(
+      [&] {
+        tokpos::plot::make_plots({.out = dir_ + "/a", .weights = ckpt, .preset = "gpt2", .lang = "zh"}, log);
+      },
+      Status::kInvalidArgument, {"--lang labels a training run's pictures", "is a checkpoint"});
+  expect_error([&] { tokpos::plot::make_plots({.out = dir_ + "/b", .lang = "zh"}, log); },
+               Status::kInvalidArgument,
+               {"--lang labels a training run's pictures, and no --weights is given"});
+  expect_error([&] { tokpos::plot::make_plots({.out = dir_ + "/c", .weights = ckpt}, log); },
+               Status::kInvalidArgument,
+               {"--weights requires --preset gpt2|bert for a checkpoint", "has no \"tokpos.run\" metadata"});
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/a"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/b"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/c"));
+  const Ran cli = sh(TOKPOS_CLI " plot --lang zh --out " + dir_ + "/d", dir_);
+  EXPECT_NE(cli.rc, 0);
+  EXPECT_NE(cli.err.find("--lang requires --weights"), std::string::npos) << cli.err;
+}
+
 // ---- tokpos serve -----------------------------------------------------------------
 
 json ok(const ApiAnswer& a) {
