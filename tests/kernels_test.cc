@@ -1606,7 +1606,7 @@ TEST(Kernels, ReferenceBackwardOutOfMemoryLeavesBothGradientsUntouched) {
 
 }  // namespace
 
-// ---- The forward's prefetch distance, visiting order and huge pages change no bits ----
+// ---- The forward's prefetch distance and huge pages change no bits ----
 
 #include "common/huge_pages.h"
 #include "kernels/cpu/cpu_common.h"
@@ -1614,9 +1614,8 @@ TEST(Kernels, ReferenceBackwardOutOfMemoryLeavesBothGradientsUntouched) {
 namespace {
 
 // For one (B, T): every prefetch distance the forward can choose (none, one
-// row, the default, the most rows) and every visiting order (plain, blocks of
-// 1 and of several position rows, the default), forced through
-// set_prefetch_bytes and set_position_tile_bytes, against the reference,
+// row, the default, the most rows), forced through set_prefetch_bytes,
+// against the reference,
 // streamed and not, at 1 and 2 threads, positions from start or from
 // position ids, for every table and output type.
 void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
@@ -1629,11 +1628,8 @@ void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
   const Ids id_view = make_ids(ids, B, T, Layout::kContiguous, DType::kI64, 0);
   const Ids pos_view = make_ids(pos_ids, B, T, Layout::kContiguous, DType::kI64, 0);
   const auto& ref = kn::reference_kernels();
-  // {prefetch bytes, position tile bytes}
-  const int64_t settings[][2] = {{0, 0}, {1, 1}, {-1, -1}, {int64_t{1} << 40, 1000}, {-1, 0}, {0, 1}};
-  for (const auto& setting : settings) {
-    cpu::set_prefetch_bytes(setting[0]);
-    cpu::set_position_tile_bytes(setting[1]);
+  for (const int64_t prefetch : {int64_t{0}, int64_t{1}, int64_t{-1}, int64_t{1} << 40}) {
+    cpu::set_prefetch_bytes(prefetch);
     for (const bool with_pos_ids : {false, true})
       for (const DType te : kFloatTypes)
         for (const DType pe : kFloatTypes)
@@ -1658,7 +1654,7 @@ void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
                   g.out.data = got.data();
                   be->compose_forward(g, {.threads = threads, .stream_min_bytes = stream});
                   EXPECT_TRUE(agrees(*be, want.data(), got.data(), static_cast<size_t>(N * D), oe))
-                      << "prefetch bytes " << setting[0] << ", position tile bytes " << setting[1]
+                      << "prefetch bytes " << prefetch
                       << ", position ids " << with_pos_ids << ", token " << tokpos::dtype_name(te)
                       << " position " << tokpos::dtype_name(pe) << " out " << tokpos::dtype_name(oe)
                       << ", threads " << threads << " streamed " << (stream == kAlwaysStream)
@@ -1667,13 +1663,12 @@ void expect_forward_bits_under_every_setting(int64_t B, int64_t T) {
           }
   }
   cpu::set_prefetch_bytes(-1);
-  cpu::set_position_tile_bytes(-1);
 }
 
-// More than kDecodeTokens tokens (rows prefetched a distance ahead, position
-// blocks across sequences), and at most kDecodeTokens (a decode step: the
-// pages of every row prefetched at once, on the calling thread).
-TEST(Kernels, ForwardBitsDoNotDependOnPrefetchOrVisitingOrder) {
+// More than kDecodeTokens tokens (rows prefetched a distance ahead), and at
+// most kDecodeTokens (a decode step: the pages of every row prefetched at
+// once, on the calling thread).
+TEST(Kernels, ForwardBitsDoNotDependOnPrefetch) {
   static_assert(tokpos::kernels::cpu::kDecodeTokens >= 16);
   expect_forward_bits_under_every_setting(3, 41);
   expect_forward_bits_under_every_setting(2, 5);
@@ -1784,12 +1779,6 @@ TEST(Kernels, PrefetchDistanceInBytes) {
   if (std::getenv("TOKPOS_PREFETCH_BYTES") == nullptr) {
     EXPECT_EQ(cpu::prefetch_bytes(), 12 << 10);  // the documented default, 12 KiB
   }
-  cpu::set_position_tile_bytes(256 << 10);
-  EXPECT_EQ(cpu::position_tile_rows(768 * 4, 1024), 85);  // GPT-2 position rows, f32
-  EXPECT_EQ(cpu::position_tile_rows(768 * 4, 16), 16);    // never more than T
-  cpu::set_position_tile_bytes(0);
-  EXPECT_EQ(cpu::position_tile_rows(768 * 4, 1024), 1024);  // plain order
-  cpu::set_position_tile_bytes(-1);
 }
 
 // Huge-page advice keeps the contents and skips small buffers.

@@ -43,21 +43,6 @@ inline int64_t prefetch_rows_ahead(int64_t row_bytes) {
   return std::clamp<int64_t>(bytes / row_bytes, 1, kMaxPrefetchRows);
 }
 
-// The forward visits its tokens in blocks of position rows of about this many
-// bytes (gather.cc, TileOrder), so that sequences sharing positions find the
-// block's rows in the cache; 0 = plain token order. TOKPOS_POSITION_TILE_BYTES
-// sets it at the first use, set_position_tile_bytes at run time. The order
-// never changes a result.
-inline detail::BytesSetting g_position_tile_bytes{"TOKPOS_POSITION_TILE_BYTES", [] { return int64_t{256} << 10; }};
-inline int64_t position_tile_bytes() { return g_position_tile_bytes.get(); }
-inline void set_position_tile_bytes(int64_t bytes) { g_position_tile_bytes.set(bytes); }
-// Positions per block for position rows of row_bytes bytes; T = no blocks.
-inline int64_t position_tile_rows(int64_t row_bytes, int64_t T) {
-  const int64_t bytes = position_tile_bytes();
-  if (bytes == 0 || row_bytes <= 0) return T;
-  return std::clamp<int64_t>(bytes / row_bytes, 1, T);
-}
-
 inline void prefetch_row(const void* row, int64_t bytes) {
   const char* p = static_cast<const char*>(row);
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 1);

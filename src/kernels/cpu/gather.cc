@@ -228,38 +228,6 @@ __attribute__((always_inline)) inline void outside_row(Out* o, const Pos* wpe, i
   }
 }
 
-// The order in which a thread visits its tokens [n0, n1) of the (B, T) grid:
-// blocks of `tile` positions, and within a block every sequence b of the
-// range, positions in order. With tile >= T it is plain order n0, n0 + 1, ...
-// With a smaller tile and B > 1, the block's position rows are read once
-// from memory and then found in the cache by the other sequences (GPT-2's
-// 1024 position rows are 3 MiB, more than a core's L2), while the output is
-// still written in runs of `tile` rows. Only the order changes: each token's
-// row is computed by the same operations, so the bits are the same.
-struct TileOrder {
-  int64_t n1, T, tile, b_first, b_last, n0;
-  int64_t t0 = 0, b, n = 0, hi = 0;  // the current run [n, hi) of sequence b in block [t0, t0 + tile)
-  TileOrder(int64_t first, int64_t end, int64_t T_, int64_t tile_)
-      : n1(end), T(T_), tile(tile_), b_first(first / T_), b_last((end - 1) / T_), n0(first), b(b_first - 1) {}
-  // The next token n (and its b, t), or false past the last.
-  bool next(int64_t& tok_n, int64_t& tok_b, int64_t& tok_t) {
-    while (n == hi) {
-      if (++b > b_last) {
-        b = b_first;
-        t0 += tile;
-        if (t0 >= T) return false;
-      }
-      n = std::max(b * T + t0, n0);
-      hi = std::min(b * T + std::min(t0 + tile, T), n1);
-      if (n > hi) n = hi;
-    }
-    tok_n = n++;
-    tok_b = b;
-    tok_t = tok_n - b * T;
-    return true;
-  }
-};
-
 // Tokens [n0, n1): the whole computation, inlined into each clone of
 // gather_range so every clone vectorises it for its ISA.
 template <typename Tok, typename Pos, typename Out, bool kStream, bool kByInstruction = false>
@@ -317,36 +285,19 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
       row_sum<Tok, Pos, Out, kByInstruction>(o, tok + ix * ts, wpe_p, D);
     }
   };
-  // Position tiles only pay where several sequences share position rows.
-  const int64_t tile = pos != nullptr && n1 - n0 > T ? position_tile_rows(D * static_cast<int64_t>(sizeof(Pos)), T) : T;
-  if (tile >= T) {
-    // Plain token order, (b, t) counted along: a decode step and every
-    // untiled call, with none of TileOrder's bookkeeping between the rows.
-    int64_t b = n0 / T, t = n0 % T, ba = b, ta = t;
-    auto step = [T](int64_t& bb, int64_t& tt) {
-      if (++tt == T) tt = 0, ++bb;
-    };
-    for (int64_t k = 0; k < ahead && k < n1 - n0; ++k) step(ba, ta);
-    for (int64_t n = n0; n < n1; ++n) {
-      if (ahead > 0 && n + ahead < n1) {
-        prefetch_token(ba, ta);
-        step(ba, ta);
-      }
-      token(b, t);
-      step(b, t);
+  // Token order, (b, t) counted along, and the token `ahead` of it.
+  int64_t b = n0 / T, t = n0 % T, ba = b, ta = t;
+  auto step = [T](int64_t& bb, int64_t& tt) {
+    if (++tt == T) tt = 0, ++bb;
+  };
+  for (int64_t k = 0; k < ahead && k < n1 - n0; ++k) step(ba, ta);
+  for (int64_t n = n0; n < n1; ++n) {
+    if (ahead > 0 && n + ahead < n1) {
+      prefetch_token(ba, ta);
+      step(ba, ta);
     }
-  } else {
-    TileOrder order(n0, n1, T, tile), order_ahead = order;
-    int64_t n = 0, b = 0, t = 0, na = 0, ba = 0, ta = 0;
-    bool more_ahead = true;
-    for (int64_t k = 0; k < ahead && more_ahead; ++k) more_ahead = order_ahead.next(na, ba, ta);
-    while (order.next(n, b, t)) {
-      if (ahead > 0 && more_ahead) {
-        more_ahead = order_ahead.next(na, ba, ta);
-        if (more_ahead) prefetch_token(ba, ta);
-      }
-      token(b, t);
-    }
+    token(b, t);
+    step(b, t);
   }
 #ifdef TOKPOS_STREAM_STORES
   if constexpr (kStream) _mm_sfence();  // order the streamed lines before the team's barrier
