@@ -28,12 +28,17 @@
 // Before any timing at a thread count, every case runs each line once on the
 // same ids and compares the result bits with tokpos's (forward: the outputs;
 // backward: the touched gradient rows, added into the same starting values);
-// a mismatch is printed and makes the exit status 1. Then rounds: in each,
-// every case runs its lines once each in an order that rotates from round to
-// round (a decode case 8 times). The figure per line is the median of the
-// per-round ratios line / tokpos (above 1: tokpos faster) with their
-// interquartile range, beside the median times. No time is judged anywhere:
-// the ctest smoke test runs --smoke for the bit check alone.
+// a mismatch is printed and makes the exit status 1. Then rounds (80, or
+// fewer when --budget's 100 s run out): each round visits 1, 2 and 2+busy
+// threads in turn, and there every case runs its lines once each in an order
+// that rotates from round to round (a decode case 8 times). The figure per
+// line is the median of the per-rotation ratios line / tokpos (above 1:
+// tokpos faster) with their interquartile range, beside the median times.
+// No time is judged anywhere: the ctest smoke test runs --smoke for the bit
+// check alone.
+//
+//   make bench-quick                   (build/bin/tokpos_bench_quick)
+//   build/bin/tokpos_bench_quick --parts forward --shapes decode --rounds 200
 #include <omp.h>
 #include <sched.h>
 
@@ -213,16 +218,15 @@ int run(int argc, char** argv) {
   const auto start = Clock::now();
   CLI::App app{"tokpos_bench_quick: tokpos against the plain loop, forward, backward and quantized, "
                "interleaved in one process"};
-  int rounds = 40;
+  int rounds = 80;
   double budget = 100.0;
   bool smoke = false;
   std::vector<std::string> shape_names{"gpt2", "llama", "decode"};
   std::vector<std::string> parts{"forward", "backward", "quant"};
   int busy_cpu = -1;
-  app.add_option("--rounds", rounds, "rounds per thread count at most (default 40)")->check(CLI::Range(1, 100000));
+  app.add_option("--rounds", rounds, "rounds at most (default 80)")->check(CLI::Range(1, 100000));
   app.add_option("--budget", budget,
-                 "seconds for the whole run (default 100): the rounds stop early when a thread count's share "
-                 "is spent; at least one round runs")
+                 "seconds for the whole run (default 100): no round starts after them; at least one round runs")
       ->check(CLI::Range(1.0, 3600.0));
   app.add_option("--shapes", shape_names, "gpt2, llama, decode (default: all)")
       ->delimiter(',')
@@ -421,33 +425,41 @@ int run(int argc, char** argv) {
   std::vector<ThreadSetting> contexts{{"1", 1, false}, {"2", 2, false}, {"2+busy", 2, true}};
   for (Case& c : cases) c.samples.assign(contexts.size(), std::vector<std::vector<double>>(c.lines.size()));
   int mismatches = 0;
-  std::vector<int> rounds_done(contexts.size(), 0);
-  for (size_t ci = 0; ci < contexts.size(); ++ci) {
-    const ThreadSetting& ctx = contexts[ci];
+  auto enter = [&](const ThreadSetting& ctx, std::unique_ptr<BusyCpu>& busy) {
     threads = ctx.threads;
     tokpos_set_num_threads(threads);
     qctx.set_num_threads(threads);
-    std::unique_ptr<BusyCpu> busy;
+    busy.reset();
     if (ctx.busy) busy = std::make_unique<BusyCpu>(busy_cpu);
-    const double left = budget - seconds_since(start);
-    const auto deadline = Clock::now() + std::chrono::duration<double>(std::max(0.0, left) / static_cast<double>(contexts.size() - ci));
+  };
 
-    // The bit check, and a warm-up call of every line.
+  // The bit check at each thread count, and a warm-up call of every line.
+  for (const ThreadSetting& ctx : contexts) {
+    std::unique_ptr<BusyCpu> busy;
+    enter(ctx, busy);
     for (Case& c : cases)
       for (size_t k = 1; k < c.lines.size(); ++k) {
         if (!c.checked[k]) continue;
         const std::string diff = c.check(static_cast<int>(k));
         if (!diff.empty()) {
-          std::printf("MISMATCH %s, %s, %s threads: %s and tokpos differ first at %s\n", c.part.c_str(),
+          std::printf("MISMATCH %s, %s, %s thread(s): %s and tokpos differ first at %s\n", c.part.c_str(),
                       c.shape->name.c_str(), ctx.label.c_str(), c.lines[k].c_str(), diff.c_str());
           ++mismatches;
         }
       }
     for (Case& c : cases)
       for (size_t k = 0; k < c.lines.size(); ++k) c.call(static_cast<int>(k));
+  }
 
-    for (int r = 0; r < rounds; ++r) {
-      if (r > 0 && Clock::now() > deadline) break;
+  // The rounds: each visits the thread counts in turn (the busy thread runs
+  // only in its part), so a change in the machine's load over the run hits
+  // every row alike.
+  int rounds_done = 0;
+  for (int r = 0; r < rounds; ++r) {
+    if (r > 0 && seconds_since(start) > budget) break;
+    for (size_t ci = 0; ci < contexts.size(); ++ci) {
+      std::unique_ptr<BusyCpu> busy;
+      enter(contexts[ci], busy);
       for (Case& c : cases) {
         const int n = static_cast<int>(c.lines.size());
         for (int rep = 0; rep < c.shape->reps; ++rep) {
@@ -462,14 +474,14 @@ int run(int argc, char** argv) {
           }
         }
       }
-      rounds_done[ci] = r + 1;
     }
+    rounds_done = r + 1;
   }
 
   // The tables: one per part, a row per shape and thread count.
-  std::printf("rounds: %d (1 thread), %d (2), %d (2+busy)%s; decode cases run 8 rotations a round\n", rounds_done[0],
-              rounds_done[1], rounds_done[2], smoke ? " (--smoke: the times mean nothing)" : "");
-  std::vector<std::string> part_order;
+  std::printf("rounds: %d of at most %d, each at 1, 2 and 2+busy threads; a decode case runs 8 rotations a round%s\n",
+              rounds_done, rounds, smoke ? " (--smoke: the times mean nothing)" : "");
+  std::vector<std::string> part_order, behind;
   for (const Case& c : cases)
     if (std::find(part_order.begin(), part_order.end(), c.part) == part_order.end()) part_order.push_back(c.part);
   for (const std::string& part : part_order) {
@@ -502,6 +514,12 @@ int run(int argc, char** argv) {
           char iqr[32];
           std::snprintf(iqr, sizeof iqr, "[%.2f-%.2f]", q1, q3);
           std::printf(" %10s %6.2f %-11s", fmt_time(quantile(tk, 0.5)).c_str(), med, iqr);
+          if (med < 0.97) {
+            char row[160];
+            std::snprintf(row, sizeof row, "  %s, %s, %s thread%s: %s / tokpos %.2f %s", part.c_str(),
+                          c.shape->name.c_str(), contexts[ci].label.c_str(), ci == 0 ? "" : "s", c.lines[k].c_str(), med, iqr);
+            behind.push_back(row);
+          }
         }
         if (contexts[ci].busy) std::printf(" %8.2f", tokpos_1t / med0);
         std::printf("\n");
@@ -512,7 +530,10 @@ int run(int argc, char** argv) {
       "\nratio: the median over rotations of (line's time / tokpos's time) in the same rotation, above 1: tokpos "
       "faster; [IQR]: the ratios' interquartile range. Times: medians. 1t/busy: tokpos's 1-thread median / its "
       "2+busy median (below 1: the contended 2-thread call is slower than one thread alone).\n");
-  std::printf("load average at the end: %s\n", load_average().c_str());
+  std::printf("\nrows where tokpos is more than 3%% slower than the line beside it (ratio below 0.97): %zu\n",
+              behind.size());
+  for (const std::string& row : behind) std::printf("%s\n", row.c_str());
+  std::printf("\nload average at the end: %s\n", load_average().c_str());
   std::printf("wall time: %.1f s\n", seconds_since(start));
   if (mismatches != 0) {
     std::printf("%d MISMATCH(ES) between tokpos and a plain loop\n", mismatches);
