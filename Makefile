@@ -73,16 +73,18 @@ demo: build
 # Microbenchmarks (GB/s), the compose entry points side by side (medians and
 # ratios, printed, never judged), then the side-by-side runs against PyTorch,
 # with the torch and numpy of $(BUILD)/venv (installed there if missing).
+# Every table, with fewer repeats, in about 10 minutes on 2 cores; FULL=1 the
+# long run (three side-by-side rounds, each figure timed longer) for figures
+# to quote (docs/benchmarks.md, "How to run").
 bench: build test-env
-	$(BUILD)/bin/tokpos_bench --benchmark_min_time=0.2
-	$(TEST_PYTHON) bench/old_vs_new.py --bench $(BUILD)/bin/tokpos_bench
-	$(TEST_PYTHON) bench/table_vs_torch.py
-	$(TEST_PYTHON) bench/side_by_side.py
-	$(TEST_PYTHON) bench/python_side_by_side.py
-	$(TEST_PYTHON) bench/rope_side_by_side.py
-	$(BUILD)/bin/tokpos_quant_bench
+	$(BUILD)/bin/tokpos_bench --benchmark_min_time=$(if $(FULL),0.2,0.05)
+	$(TEST_PYTHON) bench/old_vs_new.py --bench $(BUILD)/bin/tokpos_bench $(if $(FULL),,--repetitions 3 --min-time 0.05)
+	$(TEST_PYTHON) bench/table_vs_torch.py $(if $(FULL),,--reps 5)
+	$(TEST_PYTHON) bench/side_by_side.py $(if $(FULL),--rounds 3 --budget 1)
+	$(TEST_PYTHON) bench/python_side_by_side.py $(if $(FULL),,--repeats 5)
+	$(TEST_PYTHON) bench/rope_side_by_side.py $(if $(FULL),,--repeats 5)
+	$(BUILD)/bin/tokpos_quant_bench $(if $(FULL),,--reps 3)
 	$(BUILD)/bin/tokpos_decode_gap
-	TOKPOS_DECODE_TEAM_BYTES=0 $(BUILD)/bin/tokpos_decode_gap
 
 # The 2-minute side-by-side check (bench/quick.cc): tokpos against the plain
 # loops, forward, backward and quantized, at 1, 2 and 2 contended threads;

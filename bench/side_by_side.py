@@ -49,17 +49,7 @@ SHAPES = {
     "llama2-7b": dict(V=32000, D=4096, L=4096, B=1, T=2048, hot=False),
     "hot-row": dict(V=50257, D=768, L=1024, B=8, T=1024, hot=True),
 }
-IMPLS = ["tokpos", "team", "loop", "isel", "ebag", "gather", "torch", "compile", "numpy", "copy", "npcopy"]
-# "team": tokpos with TOKPOS_DECODE_TEAM_BYTES set, so a decode step is always
-# split over the thread team, as the loop splits it; the default splits it
-# only while calls come back to back (docs/design.md, "Threading"). Shown
-# beside the default, not a peer.
-TEAM_BYTES = str(64 << 10)
-
-
-def runs_at(impl, shape):
-    """Whether impl runs at shape: the team line only at the decode step."""
-    return impl != "team" or shape == "decode"
+IMPLS = ["tokpos", "loop", "isel", "ebag", "gather", "torch", "compile", "numpy", "copy", "npcopy"]
 PEERS = ["loop", "isel", "ebag"]  # the peers tokpos must beat (ratios peer / tokpos); gather is the line to aim at
 TIE = 0.97  # a peer within 3% of tokpos counts as a tie on a noisy machine
 
@@ -174,9 +164,7 @@ def worker(impl, shape_name, threads, lib_path, quick, peers_path):
     if impl in ("torch", "copy", "compile", "isel", "ebag"):
         import torch
         torch.set_num_threads(threads)
-    if impl == "team":
-        os.environ["TOKPOS_DECODE_TEAM_BYTES"] = TEAM_BYTES  # read by the library at its first use
-    if impl in ("tokpos", "team", "loop", "gather"):
+    if impl in ("tokpos", "loop", "gather"):
         # The libtokpos.so asked for, loaded before peers.cc's own link to it.
         ctypes.CDLL(lib_path, mode=ctypes.RTLD_GLOBAL).tokpos_set_num_threads(threads)
         peers = load_peers(peers_path)
@@ -187,7 +175,7 @@ def worker(impl, shape_name, threads, lib_path, quick, peers_path):
         g_wte = np.zeros((V, D), dtype=np.float32)
         g_wpe = np.zeros((L, D), dtype=np.float32)
         args = peer_args(threads, s, out, ids, wte, wpe, g_wte, g_wpe, d_out)
-    if impl in ("tokpos", "team"):
+    if impl == "tokpos":
         base = rss_now_kb()
         result["fwd_ms"] = c_median_ms(peers, K_TOKPOS_FWD, args, c_reps)
         result["bwd_ms"] = c_median_ms(peers, K_TOKPOS_BWD, args, max(3, c_reps // 2))
@@ -392,7 +380,7 @@ def main():
         load_peers(peers)  # says how to build it when missing, before any run
     print(f"CPU: {cpu_line()}; {load_line()} at the start", file=sys.stderr)
     runs = []
-    total = args.rounds * sum(runs_at(i, sh) for sh in shapes for i in impls)
+    total = args.rounds * len(shapes) * len(impls)
     threads_arg = ",".join(str(t) for t in thread_counts)
     print(f"side by side: {total} runs ({args.rounds} rounds, {args.budget:g} s per figure), each in its own "
           f"process at threads {threads_arg} (progress below)", file=sys.stderr)
@@ -400,7 +388,7 @@ def main():
     done = 0
     for rnd in range(args.rounds):
         for shape in shapes:
-            for impl in (i for i in impls if runs_at(i, shape)):
+            for impl in impls:
                 cmd = [sys.executable, __file__, "--lib", lib, "--peers", peers, "--budget", repr(args.budget),
                        "--worker", impl, shape, threads_arg]
                 if args.quick:
@@ -419,7 +407,7 @@ def main():
     rows = []
     for shape in shapes:
         for threads in thread_counts:
-            for impl in (i for i in impls if runs_at(i, shape)):
+            for impl in impls:
                 mine = [r for r in runs if r["shape"] == shape and r["threads"] == threads and r["impl"] == impl]
                 row = dict(mine[0])
                 for key in ("fwd_ms", "bwd_ms", "fwdbwd_ms", "bwd_serial_ms", "bwd_slices_ms"):
@@ -445,7 +433,7 @@ def main():
     for shape in shapes:
         for threads in thread_counts:
             t = get(shape, threads, "tokpos")
-            for impl in (i for i in impls if runs_at(i, shape)):
+            for impl in impls:
                 r = get(shape, threads, impl)
                 fr = f"{r['fwd_ms'] / t['fwd_ms']:.2f}x" if r["fwd_ms"] else "-"
                 b = r["bwd_ms"] if r["bwd_ms"] is not None else r.get("fwdbwd_ms")
@@ -537,17 +525,6 @@ def main():
         d = get("decode", threads, "tokpos")
         print(f"  decode (B = 16, T = 1, D = 4096) forward, {threads} thread(s): {d['fwd_ms'] * 1000:.2f} us per "
               f"call, timed in C (no Python call overhead)")
-    if "team" in impls and "decode" in shapes:
-        print(f"\na decode step always split over the team (TOKPOS_DECODE_TEAM_BYTES={TEAM_BYTES}; the default "
-              "splits it while calls come back to back), us, ratio = other / team:")
-        for threads in thread_counts:
-            tm, t, lp = get("decode", threads, "team"), get("decode", threads, "tokpos"), get("decode", threads, "loop")
-            for what in ("fwd", "bwd"):
-                line = (f"  {what} decode t={threads}: team {tm[what + '_ms'] * 1e3:.3f}, default "
-                        f"{t[what + '_ms'] * 1e3:.3f} ({t[what + '_ms'] / tm[what + '_ms']:.2f})")
-                if lp is not None:
-                    line += f", loop {lp[what + '_ms'] * 1e3:.3f} ({lp[what + '_ms'] / tm[what + '_ms']:.2f})"
-                print(line)
     if (args.shapes != ",".join(SHAPES) or args.no_compile or thread_counts != [1, 2]
             or len(impls) != len(IMPLS)):
         return  # a partial run leaves results.json as it is
