@@ -20,6 +20,26 @@ inline std::string cpu_model() {
   return "unknown CPU";
 }
 
+// "family 25, model 17, AVX-512F" from /proc/cpuinfo's first CPU: which core
+// the model name stands for (a VM may show only "AMD EPYC").
+inline std::string cpu_family_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, family = "?", model = "?", simd = "no AVX2";
+  auto value = [&] { return line.substr(line.find(':') + 2); };
+  while (std::getline(f, line)) {
+    if (line.rfind("cpu family", 0) == 0) family = value();
+    if (line.rfind("model", 0) == 0 && line.rfind("model name", 0) != 0) model = value();
+    if (line.rfind("flags", 0) == 0) {
+      const std::string flags = " " + value() + " ";
+      simd = flags.find(" avx512f ") != std::string::npos ? "AVX-512F"
+             : flags.find(" avx2 ") != std::string::npos ? "AVX2"
+                                                          : "no AVX2";
+      break;
+    }
+  }
+  return "family " + family + ", model " + model + ", " + simd;
+}
+
 inline std::string first_line(const char* path) {
   std::ifstream f(path);
   std::string s;

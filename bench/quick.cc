@@ -253,8 +253,8 @@ int run(int argc, char** argv) {
 
   std::printf("tokpos_bench_quick%s: tokpos against the plain loop, interleaved, one process\n",
               smoke ? " --smoke" : "");
-  std::printf("CPU: %s; %zu CPUs this process may use; last-level cache %s (%lld bytes)\n", cpu_model().c_str(),
-              cpus.size(), last_level_cache().c_str(), static_cast<long long>(llc));
+  std::printf("CPU: %s (%s); %zu CPUs this process may use; last-level cache %s (%lld bytes)\n",
+              cpu_model().c_str(), cpu_family_model().c_str(), cpus.size(), last_level_cache().c_str(), static_cast<long long>(llc));
   std::printf("load average at the start: %s\n", load_average().c_str());
   std::printf("threads: 1; 2; 2 with a thread spinning pinned to CPU %d (2+busy, the contended case)\n", busy_cpu);
   std::printf("OpenMP: OMP_WAIT_POLICY %s, GOMP_SPINCOUNT %s; tokpos stream threshold %lld bytes\n",
