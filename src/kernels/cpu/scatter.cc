@@ -294,6 +294,16 @@ void add_step_in_order(const GradTarget& a, const GradTarget& b, const Source& s
   float* const ga = a.grad;
   float* const gb = b.grad;
   const int64_t as = a.stride, bs = b.stride;
+  // Every token row and source row asked for at once, one line a page, as
+  // the forward's decode step does: with cold rows (fresh ids each call) the
+  // step took 34.8 us against 42.7 us without, warm 10.6 against 10.5 us
+  // (2-vCPU Zen 4, B 16, D 4096, medians of 15 interleaved rounds).
+  if (prefetch_bytes() != 0) {
+    for (int64_t i = 0; i < N; ++i) {
+      if (ga != nullptr && a.rows[i] >= 0) prefetch_pages(ga + a.rows[i] * as + d0, (d1 - d0) * 4);
+      prefetch_pages(src.row(i) + d0, (d1 - d0) * 4);
+    }
+  }
   alignas(64) float held[kStepChunk];
   for (int64_t c0 = d0; c0 < d1; c0 += kStepChunk) {
     const int64_t len = std::min(kStepChunk, d1 - c0);
