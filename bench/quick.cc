@@ -28,24 +28,28 @@
 // Before any timing at a thread count, every case runs each line once on the
 // same ids and compares the result bits with tokpos's (forward: the outputs;
 // backward: the touched gradient rows, added into the same starting values);
-// a mismatch is printed and makes the exit status 1. Then rounds (80, or
+// a mismatch is printed and makes the exit status 1. Then rounds (200, or
 // fewer when --budget's 100 s run out): each round visits 1, 2 and 2+busy
 // threads in turn, and there every case runs its lines once each in an order
 // that rotates from round to round (a decode case 8 times). The figure per
 // line is the median of the per-rotation ratios line / tokpos (above 1:
 // tokpos faster) with their interquartile range, beside the median times.
 // No time is judged anywhere: the ctest smoke test runs --smoke for the bit
-// check alone.
+// check alone. The plain loops' idle OpenMP threads sleep, as tokpos's
+// workers do (OMP_WAIT_POLICY=passive, set in main); --omp-spin keeps
+// libgomp's default, which spins a while after each loop.
 //
 //   make bench-quick                   (build/bin/tokpos_bench_quick)
-//   build/bin/tokpos_bench_quick --parts forward --shapes decode --rounds 200
+//   build/bin/tokpos_bench_quick --parts forward --shapes decode --rounds 1000 --budget 30
 #include <omp.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -218,13 +222,13 @@ int run(int argc, char** argv) {
   const auto start = Clock::now();
   CLI::App app{"tokpos_bench_quick: tokpos against the plain loop, forward, backward and quantized, "
                "interleaved in one process"};
-  int rounds = 80;
+  int rounds = 200;
   double budget = 100.0;
   bool smoke = false;
   std::vector<std::string> shape_names{"gpt2", "llama", "decode"};
   std::vector<std::string> parts{"forward", "backward", "quant"};
   int busy_cpu = -1;
-  app.add_option("--rounds", rounds, "rounds at most (default 80)")->check(CLI::Range(1, 100000));
+  app.add_option("--rounds", rounds, "rounds at most (default 200)")->check(CLI::Range(1, 100000));
   app.add_option("--budget", budget,
                  "seconds for the whole run (default 100): no round starts after them; at least one round runs")
       ->check(CLI::Range(1.0, 3600.0));
@@ -235,6 +239,10 @@ int run(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"forward", "backward", "quant"}));
   app.add_option("--busy-cpu", busy_cpu, "the CPU the busy thread spins on (default: the last one allowed)");
+  bool omp_spin = false;  // acted on in main, before libgomp could be told
+  app.add_flag("--omp-spin", omp_spin,
+               "keep libgomp's default wait policy (idle OpenMP threads spin a while after each plain loop) "
+               "instead of OMP_WAIT_POLICY=passive");
   app.add_flag("--smoke", smoke, "tiny shapes, one round: the bit check and the table, nothing to read in the times");
   CLI11_PARSE(app, argc, argv);
   if (smoke) rounds = 1;
@@ -257,7 +265,9 @@ int run(int argc, char** argv) {
               cpu_model().c_str(), cpu_family_model().c_str(), cpus.size(), last_level_cache().c_str(), static_cast<long long>(llc));
   std::printf("load average at the start: %s\n", load_average().c_str());
   std::printf("threads: 1; 2; 2 with a thread spinning pinned to CPU %d (2+busy, the contended case)\n", busy_cpu);
-  std::printf("OpenMP: OMP_WAIT_POLICY %s, GOMP_SPINCOUNT %s; tokpos stream threshold %lld bytes\n",
+  std::printf("OpenMP: OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s (passive: the plain loops' idle threads sleep; this "
+              "program sets it unless the environment gives a policy or --omp-spin keeps libgomp's spinning); "
+              "tokpos stream threshold %lld bytes\n",
               wait_policy ? wait_policy : "unset", spin_count ? spin_count : "unset",
               static_cast<long long>(tokpos::stream_min_bytes()));
   std::fflush(stdout);
@@ -544,6 +554,22 @@ int run(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  // The plain loops' idle OpenMP threads sleep, as tokpos's do: under
+  // libgomp's default policy they spin for a while after each loop, and in
+  // an interleaved rotation that spinning takes a core from the line timed
+  // next (at 2 threads it made tokpos's GPT-2 backward take 7.4 ms instead of
+  // 3.7 ms). libgomp reads the policy when it loads, so the program starts
+  // itself again with it set; a policy given in the environment, or
+  // --omp-spin, keeps libgomp's own.
+  bool omp_spin = false;
+  for (int i = 1; i < argc; ++i) omp_spin = omp_spin || std::strcmp(argv[i], "--omp-spin") == 0;
+  if (!omp_spin && std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);
+    std::fprintf(stderr, "tokpos_bench_quick: could not start again with OMP_WAIT_POLICY=passive (%s); "
+                         "the plain loops' threads spin after each loop\n", std::strerror(errno));
+    unsetenv("OMP_WAIT_POLICY");
+  }
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
