@@ -19,7 +19,7 @@ namespace tokpos::kernels::cpu {
 #define TOKPOS_KERNEL_CLONES
 #endif
 
-inline constexpr int64_t kDecodeTokens = 16;  // at most this many tokens: a decode step (threads_for_tokens)
+inline constexpr int64_t kDecodeTokens = 16;  // at most this many tokens: a decode step, on the calling thread
 inline constexpr int64_t kPrefetchAhead = 8;  // rows ahead, for the BERT forward and the backward
 
 // The forward prefetches the token row of the token this many bytes of rows
