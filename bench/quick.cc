@@ -8,10 +8,11 @@
 //                  (serial: for b, t: dwte[ix] += dout; dwpe[t] += dout) and
 //                  the channel-sliced loop (each thread a slice of D, summed
 //                  in (b, t) order);
-//   forward q8_0,  tokpos::ops::compose_forward over the ggml blocks against
-//   q4_K           a plain dequantize-then-add loop (ggml's dequantize_row_*
-//                  into a buffer, then + the position row; OpenMP over
-//                  (b, t)), with tokpos's f32 forward on the same ids beside.
+//   forward q8_0,  tokpos::ops::compose_forward over a ggml-typed token
+//   q4_0, q4_K,    table against a plain dequantize-then-add loop (ggml's
+//   f16, bf16      dequantize_row_* into a buffer, then + the position row;
+//                  OpenMP over (b, t)), with tokpos's f32 forward on the same
+//                  ids beside (--types picks the types).
 //
 // The plain f32 loops are bench/peers.cc's (libtokpos_peers.so), the
 // dequantize loop is quant_rows.h's; both are built -O3 -march=native with
@@ -235,6 +236,12 @@ int run(int argc, char** argv) {
   app.add_option("--shapes", shape_names, "gpt2, llama, decode (default: all)")
       ->delimiter(',')
       ->check(CLI::IsMember({"gpt2", "llama", "decode"}));
+  std::vector<std::string> type_names{"q8_0", "q4_0", "q4_K", "f16", "bf16"};
+  std::vector<std::string> known_types;
+  for (const TypeCase& c : kCases) known_types.push_back(c.name);
+  app.add_option("--types", type_names, "the ggml types of the quant part (default: q8_0,q4_0,q4_K,f16,bf16)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(known_types));
   app.add_option("--parts", parts, "forward, backward, quant (default: all)")
       ->delimiter(',')
       ->check(CLI::IsMember({"forward", "backward", "quant"}));
@@ -310,7 +317,7 @@ int run(int argc, char** argv) {
   std::vector<std::unique_ptr<Quant>> quants;
   if (wanted(parts, "quant") && llama_t)
     for (const TypeCase& c : kCases) {
-      if (std::strcmp(c.name, "q8_0") != 0 && std::strcmp(c.name, "q4_K") != 0) continue;
+      if (!wanted(type_names, c.name)) continue;
       const tokpos::GgmlTypeTraits* tr = tokpos::ggml_type_by_name(c.name);
       if (tr == nullptr) throw std::runtime_error(std::string("ggml type ") + c.name + " unknown to tokpos");
       auto q = std::make_unique<Quant>();
@@ -502,7 +509,7 @@ int run(int argc, char** argv) {
     if (part == "forward f32") std::printf(": plain = llm.c's encoder_forward, OpenMP over (b, t)");
     if (part == "backward f32")
       std::printf(": serial = llm.c's encoder_backward (one thread); sliced = each thread a slice of D, (b, t) order");
-    if (part.rfind("forward q", 0) == 0)
+    if (part != "forward f32" && part != "backward f32")
       std::printf(": plain = ggml's dequantize_row into a buffer, then + wpe[t]; f32 = tokpos's f32 forward");
     std::printf("\n  %-12s %-7s %10s", "shape", "threads", "tokpos");
     for (size_t k = 1; k < head->lines.size(); ++k)
