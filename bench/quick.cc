@@ -42,7 +42,6 @@
 //
 //   make bench-quick                   (build/bin/tokpos_bench_quick)
 //   build/bin/tokpos_bench_quick --parts forward --shapes decode --rounds 1000 --budget 30
-#include <omp.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -51,7 +50,6 @@
 #include <atomic>
 #include <chrono>
 #include <cerrno>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
