@@ -32,7 +32,7 @@ inline std::string cpu_family_model() {
     if (line.rfind("flags", 0) == 0) {
       const std::string flags = " " + value() + " ";
       simd = flags.find(" avx512f ") != std::string::npos ? "AVX-512F"
-             : flags.find(" avx2 ") != std::string::npos ? "AVX2"
+             : flags.find(" avx2 ") != std::string::npos  ? "AVX2"
                                                           : "no AVX2";
       break;
     }

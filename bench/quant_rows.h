@@ -385,7 +385,7 @@ inline uint16_t finite_bf16(uint16_t h) {
 // V rows of random blocks of the type, every scale finite (f16 and bf16:
 // every element finite; q8_K: d uniform in [-1, 1)).
 inline std::vector<uint8_t> random_table(const TypeCase& c, const tokpos::GgmlTypeTraits& tr, int64_t V,
-                                  size_t row_bytes, uint64_t seed) {
+                                         size_t row_bytes, uint64_t seed) {
   std::vector<uint8_t> b(row_bytes * static_cast<size_t>(V));
   Rng rng{seed};
   size_t i = 0;
@@ -424,8 +424,8 @@ inline std::vector<uint8_t> random_table(const TypeCase& c, const tokpos::GgmlTy
 // out (N, D) = dequantize(row ids[n]) + pos[start + n % T], or the rows alone
 // when pos is null: the plain loop.
 inline void plain_forward(float* out, const int64_t* ids, int64_t N, int64_t T, const uint8_t* blocks,
-                   size_t row_bytes, DequantizeRow dequantize, const float* pos, int64_t start, int64_t D,
-                   int threads) {
+                          size_t row_bytes, DequantizeRow dequantize, const float* pos, int64_t start,
+                          int64_t D, int threads) {
 #pragma omp parallel num_threads(threads)
   {
     thread_local std::vector<float> row;

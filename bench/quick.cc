@@ -48,8 +48,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -76,7 +76,9 @@ namespace {
 using namespace tokpos::bench;  // Dl, quant_rows.h, machine_info.h
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // The q-th quantile of v (linear between ranks); v is sorted in place.
 double quantile(std::vector<double>& v, double q) {
@@ -123,7 +125,8 @@ class BusyCpu {
     if (pinned_.load() < 0) {
       stop_ = true;
       thread_.join();
-      throw std::runtime_error("sched_setaffinity could not pin the busy thread to CPU " + std::to_string(cpu));
+      throw std::runtime_error("sched_setaffinity could not pin the busy thread to CPU " +
+                               std::to_string(cpu));
     }
   }
   ~BusyCpu() {
@@ -156,8 +159,13 @@ struct Tables {
   int64_t V, L, D;
   std::vector<float> wte, wpe, d_wte, d_wpe;
   Tables(int64_t v, int64_t l, int64_t d, Rng& rng)
-      : V(v), L(l), D(d), wte(static_cast<size_t>(v * d)), wpe(static_cast<size_t>(l * d)),
-        d_wte(static_cast<size_t>(v * d)), d_wpe(static_cast<size_t>(l * d)) {
+      : V(v),
+        L(l),
+        D(d),
+        wte(static_cast<size_t>(v * d)),
+        wpe(static_cast<size_t>(l * d)),
+        d_wte(static_cast<size_t>(v * d)),
+        d_wpe(static_cast<size_t>(l * d)) {
     for (auto& x : wte) x = rng.uniform();
     for (auto& x : wpe) x = rng.uniform();
   }
@@ -212,15 +220,17 @@ std::string first_difference(const float* a, const float* b, size_t n) {
 
 void peer(int kind, const PeerArgs& a) {
   const int status = peer_call(kind, &a);
-  if (status != 0) throw std::runtime_error("peer_call(" + std::to_string(kind) + ") returned " + std::to_string(status));
+  if (status != 0)
+    throw std::runtime_error("peer_call(" + std::to_string(kind) + ") returned " + std::to_string(status));
 }
 
 }  // namespace
 
 int run(int argc, char** argv) {
   const auto start = Clock::now();
-  CLI::App app{"tokpos_bench_quick: tokpos against the plain loop, forward, backward and quantized, "
-               "interleaved in one process"};
+  CLI::App app{
+      "tokpos_bench_quick: tokpos against the plain loop, forward, backward and quantized, "
+      "interleaved in one process"};
   int rounds = 200;
   double budget = 100.0;
   bool smoke = false;
@@ -228,8 +238,9 @@ int run(int argc, char** argv) {
   std::vector<std::string> parts{"forward", "backward", "quant"};
   int busy_cpu = -1;
   app.add_option("--rounds", rounds, "rounds at most (default 200)")->check(CLI::Range(1, 100000));
-  app.add_option("--budget", budget,
-                 "seconds for the whole run (default 100): no round starts after them; at least one round runs")
+  app.add_option(
+         "--budget", budget,
+         "seconds for the whole run (default 100): no round starts after them; at least one round runs")
       ->check(CLI::Range(1.0, 3600.0));
   app.add_option("--shapes", shape_names, "gpt2, llama, decode (default: all)")
       ->delimiter(',')
@@ -248,13 +259,19 @@ int run(int argc, char** argv) {
   app.add_flag("--omp-spin", omp_spin,
                "keep libgomp's default wait policy (idle OpenMP threads spin a while after each plain loop) "
                "instead of OMP_WAIT_POLICY=passive");
-  app.add_flag("--smoke", smoke, "tiny shapes, one round: the bit check and the table, nothing to read in the times");
+  app.add_flag("--smoke", smoke,
+               "tiny shapes, one round: the bit check and the table, nothing to read in the times");
   CLI11_PARSE(app, argc, argv);
   if (smoke) rounds = 1;
   auto wanted = [](const std::vector<std::string>& v, const char* s) {
     return std::find(v.begin(), v.end(), s) != v.end();
   };
 
+  if (!wanted(parts, "forward") && !wanted(parts, "backward") && !wanted(shape_names, "llama") &&
+      !wanted(shape_names, "decode"))
+    throw std::runtime_error(
+        "nothing to time: the quant part runs at the llama and decode shapes only, and "
+        "--shapes gave neither");
   const std::vector<int> cpus = allowed_cpus();
   if (busy_cpu < 0) busy_cpu = cpus.empty() ? 0 : cpus.back();
   if (!cpus.empty() && std::find(cpus.begin(), cpus.end(), busy_cpu) == cpus.end())
@@ -266,24 +283,30 @@ int run(int argc, char** argv) {
 
   std::printf("tokpos_bench_quick%s: tokpos against the plain loop, interleaved, one process\n",
               smoke ? " --smoke" : "");
-  std::printf("CPU: %s (%s); %zu CPUs this process may use; last-level cache %s (%lld bytes)\n",
-              cpu_model().c_str(), cpu_family_model().c_str(), cpus.size(), last_level_cache().c_str(), static_cast<long long>(llc));
+  std::printf("CPU: %s (%s); %zu CPU%s this process may use; last-level cache %s (%lld bytes)\n",
+              cpu_model().c_str(), cpu_family_model().c_str(), cpus.size(), cpus.size() == 1 ? "" : "s",
+              last_level_cache().c_str(), static_cast<long long>(llc));
   std::printf("load average at the start: %s\n", load_average().c_str());
-  std::printf("threads: 1; 2; 2 with a thread spinning pinned to CPU %d (2+busy, the contended case)\n", busy_cpu);
-  std::printf("OpenMP: OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s (passive: the plain loops' idle threads sleep; this "
-              "program sets it unless the environment gives a policy or --omp-spin keeps libgomp's spinning); "
-              "tokpos stream threshold %lld bytes\n",
-              wait_policy ? wait_policy : "unset", spin_count ? spin_count : "unset",
-              static_cast<long long>(tokpos::stream_min_bytes()));
+  std::printf("threads: 1; 2; 2 with a thread spinning pinned to CPU %d (2+busy, the contended case)\n",
+              busy_cpu);
+  std::printf(
+      "OpenMP: OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s (passive: the plain loops' idle threads sleep; this "
+      "program sets it unless the environment gives a policy or --omp-spin keeps libgomp's spinning); "
+      "tokpos stream threshold %lld bytes\n",
+      wait_policy ? wait_policy : "unset", spin_count ? spin_count : "unset",
+      static_cast<long long>(tokpos::stream_min_bytes()));
   std::fflush(stdout);
 
   // Tables: GPT-2's and Llama-2-7B's (the decode step reads Llama's).
   Rng rng{20261207};
-  const bool need_gpt2 = wanted(shape_names, "gpt2") && (wanted(parts, "forward") || wanted(parts, "backward"));
+  const bool need_gpt2 =
+      wanted(shape_names, "gpt2") && (wanted(parts, "forward") || wanted(parts, "backward"));
   const bool need_llama = wanted(shape_names, "llama") || wanted(shape_names, "decode");
   std::unique_ptr<Tables> gpt2_t, llama_t;
-  if (need_gpt2) gpt2_t = std::make_unique<Tables>(smoke ? 300 : 50257, smoke ? 32 : 1024, smoke ? 64 : 768, rng);
-  if (need_llama) llama_t = std::make_unique<Tables>(smoke ? 300 : 32000, smoke ? 64 : 4096, smoke ? 256 : 4096, rng);
+  if (need_gpt2)
+    gpt2_t = std::make_unique<Tables>(smoke ? 300 : 50257, smoke ? 32 : 1024, smoke ? 64 : 768, rng);
+  if (need_llama)
+    llama_t = std::make_unique<Tables>(smoke ? 300 : 32000, smoke ? 64 : 4096, smoke ? 256 : 4096, rng);
 
   std::vector<std::unique_ptr<Shape>> shapes;
   auto add_shape = [&](const char* name, int64_t B, int64_t T, Tables* t, bool warm, bool cold, int reps) {
@@ -322,8 +345,9 @@ int run(int argc, char** argv) {
       q->type = &c;
       q->row_bytes = *tokpos::ggml_row_bytes(*tr, llama_t->D);
       q->blocks = random_table(c, *tr, llama_t->V, q->row_bytes, rng.next());
-      q->blocks_dl = std::make_unique<Dl>(q->blocks.data(), kU8, std::initializer_list<int64_t>{
-                                                                   llama_t->V, static_cast<int64_t>(q->row_bytes)});
+      q->blocks_dl = std::make_unique<Dl>(
+          q->blocks.data(), kU8,
+          std::initializer_list<int64_t>{llama_t->V, static_cast<int64_t>(q->row_bytes)});
       q->table = tokpos::ops::QuantizedTable{&q->blocks_dl->t, static_cast<int>(tr->type), llama_t->D};
       quants.push_back(std::move(q));
     }
@@ -333,7 +357,7 @@ int run(int argc, char** argv) {
   std::vector<Case> cases;
   auto args_for = [&](const Shape& s, float* out) {
     Tables& t = *s.tables;
-    return PeerArgs{out,     s.ids.data(),    s.B,      s.T,          t.V,     t.L, t.D, t.wte.data(), t.wpe.data(),
+    return PeerArgs{out,     s.ids.data(),   s.B,          s.T,    t.V, t.L, t.D, t.wte.data(), t.wpe.data(),
                     nullptr, t.d_wpe.data(), d_out.data(), threads};
   };
 
@@ -395,7 +419,13 @@ int run(int argc, char** argv) {
     if (s->tables == llama_t.get())
       for (const auto& qp : quants) {
         Quant* q = qp.get();
-        Case c{std::string("forward ") + q->type->name, s, {"tokpos", "plain", "f32"}, {true, true, false}, {}, {}, {}};
+        Case c{std::string("forward ") + q->type->name,
+               s,
+               {"tokpos", "plain", "f32"},
+               {true, true, false},
+               {},
+               {},
+               {}};
         auto line_into = [&, s, q](int line, float* out) {
           const Tables& t = *s->tables;
           const Dl out_dl(out, kF32, {s->B, s->T, t.D}), ids_dl(s->ids.data(), kI64, {s->B, s->T}),
@@ -403,8 +433,8 @@ int run(int argc, char** argv) {
           if (line == 0)
             tokpos::ops::compose_forward(out_dl, ids_dl, q->table, &pos_dl.t, nullptr, 0, {}, &qctx);
           else if (line == 1)
-            plain_forward(out, s->ids.data(), s->N(), s->T, q->blocks.data(), q->row_bytes, q->type->dequantize,
-                          t.wpe.data(), 0, t.D, threads);
+            plain_forward(out, s->ids.data(), s->N(), s->T, q->blocks.data(), q->row_bytes,
+                          q->type->dequantize, t.wpe.data(), 0, t.D, threads);
           else
             peer(kTokposForward, args_for(*s, out));
         };
@@ -420,19 +450,22 @@ int run(int argc, char** argv) {
 
   std::printf("shapes:");
   for (const auto& s : shapes)
-    std::printf(" %s (B %lld, T %lld, D %lld, V %lld, L %lld);", s->name.c_str(), static_cast<long long>(s->B),
-                static_cast<long long>(s->T), static_cast<long long>(s->tables->D),
-                static_cast<long long>(s->tables->V), static_cast<long long>(s->tables->L));
+    std::printf(" %s (B %lld, T %lld, D %lld, V %lld, L %lld);", s->name.c_str(),
+                static_cast<long long>(s->B), static_cast<long long>(s->T),
+                static_cast<long long>(s->tables->D), static_cast<long long>(s->tables->V),
+                static_cast<long long>(s->tables->L));
   std::printf("\n");
   if (llama_t && wanted(shape_names, "decode")) {
     const double f32_bytes = static_cast<double>(llama_t->V * llama_t->D) * 4.0;
-    std::printf("decode warm: the same ids each call, after an untimed call; decode cold: fresh random ids before "
-                "each call, f32 token table %.0f MiB = %.1fx the last-level cache",
-                f32_bytes / (1 << 20), llc > 0 ? f32_bytes / static_cast<double>(llc) : 0.0);
+    std::printf(
+        "decode warm: the same ids each call, after an untimed call; decode cold: fresh random ids before "
+        "each call, f32 token table %.0f MiB = %.1fx the last-level cache",
+        f32_bytes / (1 << 20), llc > 0 ? f32_bytes / static_cast<double>(llc) : 0.0);
     for (const auto& q : quants)
       std::printf(", %s %.0f MiB = %.1fx", q->type->name, static_cast<double>(q->blocks.size()) / (1 << 20),
                   llc > 0 ? static_cast<double>(q->blocks.size()) / static_cast<double>(llc) : 0.0);
-    std::printf("%s\n", !smoke && llc > 0 && static_cast<double>(llc) >= f32_bytes ? " (NOT larger: not cold)" : "");
+    std::printf("%s\n",
+                !smoke && llc > 0 && static_cast<double>(llc) >= f32_bytes ? " (NOT larger: not cold)" : "");
   }
   std::printf("set-up: %.1f s\n\n", seconds_since(start));
   std::fflush(stdout);
@@ -494,11 +527,13 @@ int run(int argc, char** argv) {
   }
 
   // The tables: one per part, a row per shape and thread count.
-  std::printf("rounds: %d of at most %d, each at 1, 2 and 2+busy threads; a decode case runs 8 rotations a round%s\n",
-              rounds_done, rounds, smoke ? " (--smoke: the times mean nothing)" : "");
+  std::printf(
+      "rounds: %d of at most %d, each at 1, 2 and 2+busy threads; a decode case runs 8 rotations a round%s\n",
+      rounds_done, rounds, smoke ? " (--smoke: the times mean nothing)" : "");
   std::vector<std::string> part_order, behind;
   for (const Case& c : cases)
-    if (std::find(part_order.begin(), part_order.end(), c.part) == part_order.end()) part_order.push_back(c.part);
+    if (std::find(part_order.begin(), part_order.end(), c.part) == part_order.end())
+      part_order.push_back(c.part);
   for (const std::string& part : part_order) {
     const Case* head = nullptr;
     for (const Case& c : cases)
@@ -506,7 +541,9 @@ int run(int argc, char** argv) {
     std::printf("\n%s", part.c_str());
     if (part == "forward f32") std::printf(": plain = llm.c's encoder_forward, OpenMP over (b, t)");
     if (part == "backward f32")
-      std::printf(": serial = llm.c's encoder_backward (one thread); sliced = each thread a slice of D, (b, t) order");
+      std::printf(
+          ": serial = llm.c's encoder_backward (one thread); sliced = each thread a slice of D, (b, t) "
+          "order");
     if (part != "forward f32" && part != "backward f32")
       std::printf(": plain = ggml's dequantize_row into a buffer, then + wpe[t]; f32 = tokpos's f32 forward");
     std::printf("\n  %-12s %-7s %10s", "shape", "threads", "tokpos");
@@ -521,10 +558,12 @@ int run(int argc, char** argv) {
         std::vector<double> t0(sm[0]);
         const double med0 = quantile(t0, 0.5);
         if (ci == 0) tokpos_1t = med0;
-        std::printf("  %-12s %-7s %10s", c.shape->name.c_str(), contexts[ci].label.c_str(), fmt_time(med0).c_str());
+        std::printf("  %-12s %-7s %10s", c.shape->name.c_str(), contexts[ci].label.c_str(),
+                    fmt_time(med0).c_str());
         for (size_t k = 1; k < c.lines.size(); ++k) {
           std::vector<double> tk(sm[k]), ratio;
-          for (size_t i = 0; i < std::min(sm[0].size(), sm[k].size()); ++i) ratio.push_back(sm[k][i] / sm[0][i]);
+          for (size_t i = 0; i < std::min(sm[0].size(), sm[k].size()); ++i)
+            ratio.push_back(sm[k][i] / sm[0][i]);
           const double med = quantile(ratio, 0.5), q1 = quantile(ratio, 0.25), q3 = quantile(ratio, 0.75);
           char iqr[32];
           std::snprintf(iqr, sizeof iqr, "[%.2f-%.2f]", q1, q3);
@@ -532,7 +571,8 @@ int run(int argc, char** argv) {
           if (med < 0.97) {
             char row[160];
             std::snprintf(row, sizeof row, "  %s, %s, %s thread%s: %s / tokpos %.2f %s", part.c_str(),
-                          c.shape->name.c_str(), contexts[ci].label.c_str(), ci == 0 ? "" : "s", c.lines[k].c_str(), med, iqr);
+                          c.shape->name.c_str(), contexts[ci].label.c_str(), ci == 0 ? "" : "s",
+                          c.lines[k].c_str(), med, iqr);
             behind.push_back(row);
           }
         }
@@ -542,8 +582,10 @@ int run(int argc, char** argv) {
     }
   }
   std::printf(
-      "\nratio: the median over rotations of (line's time / tokpos's time) in the same rotation, above 1: tokpos "
-      "faster; [IQR]: the ratios' interquartile range. Times: medians. 1t/busy: tokpos's 1-thread median / its "
+      "\nratio: the median over rotations of (line's time / tokpos's time) in the same rotation, above 1: "
+      "tokpos "
+      "faster; [IQR]: the ratios' interquartile range. Times: medians. 1t/busy: tokpos's 1-thread median / "
+      "its "
       "2+busy median (below 1: the contended 2-thread call is slower than one thread alone).\n");
   std::printf("\nrows where tokpos is more than 3%% slower than the line beside it (ratio below 0.97): %zu\n",
               behind.size());
@@ -571,8 +613,10 @@ int main(int argc, char** argv) {
   if (!omp_spin && std::getenv("OMP_WAIT_POLICY") == nullptr) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
     execv("/proc/self/exe", argv);
-    std::fprintf(stderr, "tokpos_bench_quick: could not start again with OMP_WAIT_POLICY=passive (%s); "
-                         "the plain loops' threads spin after each loop\n", std::strerror(errno));
+    std::fprintf(stderr,
+                 "tokpos_bench_quick: could not start again with OMP_WAIT_POLICY=passive (%s); "
+                 "the plain loops' threads spin after each loop\n",
+                 std::strerror(errno));
     unsetenv("OMP_WAIT_POLICY");
   }
   try {
