@@ -119,7 +119,8 @@ namespace {
 // chunks are then claimed through `claim`, which holds the generation in the
 // high 32 bits and the next chunk in the low 32, so a worker still looking at
 // an earlier call claims nothing of a later one. The caller waits on `done`
-// (a futex, no spinning) until every chunk has returned; a chunk claimed by
+// (std::atomic::wait: libstdc++ tries a dozen pauses and four yields, then
+// sleeps on a futex) until every chunk has returned; a chunk claimed by
 // a worker keeps the call, and so its context, alive until it is done.
 struct Pool {
   std::mutex m;
