@@ -343,6 +343,20 @@ std::vector<PlotFile> make_run_plots(const PlotOptions& o, std::ostream& log, st
     text(cr, 22, kHeight / 2.0, tr("run.axis.position"), 14, Align::kCenter, false, -M_PI / 2);
   });
 
+  // A chart of lines against the step; unit_range keeps 0 and 1 on the y axis.
+  const auto step_chart = [&](const std::string& name, const std::string& caption, const std::string& head,
+                              const std::string& sub, const std::vector<Line>& lines, const std::string& y_label,
+                              bool unit_range) {
+    save(name, caption, [&](cairo_t* cr) {
+      title(cr, head, sub);
+      std::vector<const std::vector<double>*> all;
+      for (const auto& l : lines) all.push_back(&l.y);
+      auto [lo, hi] = padded_range(all);
+      if (unit_range) lo = std::min(lo, 0.0), hi = std::max(hi, 1.0);
+      line_chart(cr, lines, x0, x1, lo, hi, tr("run.axis.step"), y_label);
+    });
+  };
+
   std::vector<Line> diag_lines;
   for (size_t i = 0; i < diag.offsets.size(); ++i) {
     const Rgb c = kSeriesColors[(i + 1) % 5];
@@ -352,17 +366,10 @@ std::vector<PlotFile> make_run_plots(const PlotOptions& o, std::ostream& log, st
     diag_lines.push_back({"", {x0, x1}, {diag.sinusoidal[i], diag.sinusoidal[i]}, c, true});
   }
   const std::string adj_first = fmt("%.4f", diag.learned[0].front()), adj_last = fmt("%.4f", diag.learned[0].back());
-  save("run_diagnostics",
-       tr("run.caption.diagnostics", {adj_first, std::to_string(run.steps.front()), adj_last, last_step,
-                                      fmt("%.4f", diag.sinusoidal[0])}),
-       [&](cairo_t* cr) {
-         title(cr, tr("run.diag.title"), tr("run.diag.sub"));
-         std::vector<const std::vector<double>*> all;
-         for (const auto& l : diag_lines) all.push_back(&l.y);
-         auto [lo, hi] = padded_range(all);
-         line_chart(cr, diag_lines, x0, x1, std::min(lo, 0.0), std::max(hi, 1.0), tr("run.axis.step"),
-                    tr("run.axis.cosine"));
-       });
+  step_chart("run_diagnostics",
+             tr("run.caption.diagnostics", {adj_first, std::to_string(run.steps.front()), adj_last, last_step,
+                                            fmt("%.4f", diag.sinusoidal[0])}),
+             tr("run.diag.title"), tr("run.diag.sub"), diag_lines, tr("run.axis.cosine"), true);
 
   std::vector<Line> fit_lines;
   for (size_t i = 0; i < diag.fit_offsets.size(); ++i) {
@@ -370,17 +377,11 @@ std::vector<PlotFile> make_run_plots(const PlotOptions& o, std::ostream& log, st
     fit_lines.push_back({tr("run.fit.offset", {std::to_string(diag.fit_offsets[i])}), steps, diag.fit_learned[i], c, false});
     fit_lines.push_back({"", {x0, x1}, {diag.fit_sinusoidal[i], diag.fit_sinusoidal[i]}, c, true});
   }
-  save("run_fit",
-       tr("run.caption.fit", {fmt("%.3g", diag.fit_learned[0].front()), std::to_string(run.steps.front()),
-                              fmt("%.3g", diag.fit_learned[0].back()), last_step, fmt("%.3g", diag.fit_sinusoidal[0])}),
-       [&](cairo_t* cr) {
-         title(cr, tr("run.fit.title"), tr("run.fit.sub"));
-         std::vector<const std::vector<double>*> all;
-         for (const auto& l : fit_lines) all.push_back(&l.y);
-         auto [lo, hi] = padded_range(all);
-         line_chart(cr, fit_lines, x0, x1, std::min(lo, 0.0), std::max(hi, 1.0), tr("run.axis.step"),
-                    tr("run.axis.residual"));
-       });
+  step_chart("run_fit",
+             tr("run.caption.fit", {fmt("%.3g", diag.fit_learned[0].front()), std::to_string(run.steps.front()),
+                                    fmt("%.3g", diag.fit_learned[0].back()), last_step,
+                                    fmt("%.3g", diag.fit_sinusoidal[0])}),
+             tr("run.fit.title"), tr("run.fit.sub"), fit_lines, tr("run.axis.residual"), true);
 
   const auto as_double = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
   const std::vector<Line> loss_lines = {
@@ -390,13 +391,8 @@ std::vector<PlotFile> make_run_plots(const PlotOptions& o, std::ostream& log, st
       {tr("run.loss.heldout.sinusoidal"), steps, as_double(run.loss_heldout_sinusoidal), kBlue, true}};
   const std::string held_learned = fmt("%.4f", run.loss_heldout_learned.back()),
                     held_sinus = fmt("%.4f", run.loss_heldout_sinusoidal.back());
-  save("run_loss", tr("run.caption.loss", {last_step, held_learned, held_sinus}), [&](cairo_t* cr) {
-    title(cr, tr("run.loss.title"), tr("run.loss.sub", {last_step, held_learned, held_sinus}));
-    std::vector<const std::vector<double>*> all;
-    for (const auto& l : loss_lines) all.push_back(&l.y);
-    auto [lo, hi] = padded_range(all);
-    line_chart(cr, loss_lines, x0, x1, lo, hi, tr("run.axis.step"), tr("run.axis.loss"));
-  });
+  step_chart("run_loss", tr("run.caption.loss", {last_step, held_learned, held_sinus}), tr("run.loss.title"),
+             tr("run.loss.sub", {last_step, held_learned, held_sinus}), loss_lines, tr("run.axis.loss"), false);
   finish(o, progress, figures, files, log, warn);
   return files;
 }
