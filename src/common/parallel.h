@@ -2,6 +2,7 @@
 // and the library's own workers, which sleep between calls.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -34,6 +35,19 @@ void parallel_chunks(int threads, int64_t chunks, Part&& part) {
   run_chunks(
       threads, chunks, [](void* ctx, int64_t c, int slot) { (*static_cast<P*>(ctx))(c, slot); },
       const_cast<void*>(static_cast<const void*>(&part)));
+}
+
+// Runs part(lo, hi, slot) over [0, n) in contiguous ranges taken as
+// run_chunks takes chunks: about kRangesPerThread a thread, so a thread that
+// another process holds up delays the call by one range, not by its whole
+// share; one range on the calling thread when threads <= 1.
+inline constexpr int64_t kRangesPerThread = 8;
+template <typename Part>
+void parallel_ranges(int threads, int64_t n, Part&& part) {
+  if (n <= 0) return;
+  if (threads <= 1) return part(int64_t{0}, n, 0);
+  const int64_t chunks = std::min<int64_t>(n, kRangesPerThread * threads);
+  parallel_chunks(threads, chunks, [&](int64_t c, int slot) { part(n * c / chunks, n * (c + 1) / chunks, slot); });
 }
 
 }  // namespace tokpos::detail

@@ -75,18 +75,19 @@ void fill_normal(std::span<float> out, uint64_t seed, uint64_t stream, double me
   const uint64_t j0 = first / 4, j1 = (first + n - 1) / 4;
   const auto blocks = static_cast<int64_t>(j1 - j0 + 1);
   float* dst = out.data();
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(static_cast<int64_t>(n) * 8))
-  for (int64_t k = 0; k < blocks; ++k) {
-    const uint64_t j = j0 + static_cast<uint64_t>(k);
-    const auto x = block_for(seed, stream, j);
-    double z[4];
-    box_muller(x[0], x[1], z);
-    box_muller(x[2], x[3], z + 2);
-    for (uint64_t l = 0; l < 4; ++l) {
-      const uint64_t index = j * 4 + l;
-      if (index >= first && index - first < n) dst[index - first] = static_cast<float>(mean + std * z[l]);
+  detail::parallel_ranges(detail::threads_for(static_cast<int64_t>(n) * 8), blocks, [&](int64_t k0, int64_t k1, int) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const uint64_t j = j0 + static_cast<uint64_t>(k);
+      const auto x = block_for(seed, stream, j);
+      double z[4];
+      box_muller(x[0], x[1], z);
+      box_muller(x[2], x[3], z + 2);
+      for (uint64_t l = 0; l < 4; ++l) {
+        const uint64_t index = j * 4 + l;
+        if (index >= first && index - first < n) dst[index - first] = static_cast<float>(mean + std * z[l]);
+      }
     }
-  }
+  });
 }
 
 }  // namespace tokpos

@@ -7,7 +7,6 @@
 // exact value correctly rounded, whatever the block split or thread count.
 #include "tokpos/position_table.h"
 
-#include <omp.h>
 #include <quadmath.h>
 
 #include <algorithm>
@@ -239,7 +238,7 @@ int64_t add_and_round_f32(float* __restrict rs, float* __restrict rc, int64_t* _
 }
 
 // For every pair k: the angle addition (p0 + j) w = p0 w + j w, then guarded
-// rounding. Kept apart from the OpenMP region, on restrict pointers, so the
+// rounding. Kept apart from the threaded loop, on restrict pointers, so the
 // compiler vectorises it. Returns nonzero if any value is undecided.
 TOKPOS_CLONES
 int64_t add_and_round(double* __restrict rs, double* __restrict rc, int64_t* __restrict bad_s,
@@ -287,16 +286,14 @@ void generate(void* out_v, int64_t L, int64_t D, int64_t start, const TableOptio
   auto scratch = detail::make_buffer<double>("position_table", "scratch", nt * n * 4);
   auto flags = detail::make_buffer<int64_t>("position_table", "scratch", nt * n * 2);
 
-#pragma omp parallel num_threads(nt)
-  {
-    double* s0 = scratch.data() + omp_get_thread_num() * n * 4;
+  detail::parallel_ranges(nt, blocks, [&](int64_t b0, int64_t b1, int slot) {
+    double* s0 = scratch.data() + slot * n * 4;
     double* c0 = s0 + n;
     double* rs = c0 + n;
     double* rc = rs + n;
-    int64_t* bad_s = flags.data() + omp_get_thread_num() * n * 2;
+    int64_t* bad_s = flags.data() + slot * n * 2;
     int64_t* bad_c = bad_s + n;
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       const int64_t p0 = start + b * kBlock;
       const bool fast = p0 + kBlock < detail::kMaxFastPosition;
       for (int64_t k = 0; k < n; ++k) {
@@ -339,7 +336,7 @@ void generate(void* out_v, int64_t L, int64_t D, int64_t start, const TableOptio
         if (o.padding_idx && p == *o.padding_idx) std::fill(row, row + D, Elem{});
       }
     }
-  }
+  });
 }
 
 }  // namespace

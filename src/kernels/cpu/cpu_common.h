@@ -57,18 +57,13 @@ inline void prefetch_pages(const void* row, int64_t bytes) {
 
 // Calls rows(n0, n1) over all N tokens: a decode step (at most
 // kDecodeTokens) on the calling thread, which is cheaper than handing it to
-// any other thread; else on threads_for's count, in contiguous ranges taken
-// dynamically (common/parallel.h), about kChunksPerThread a thread, so a
-// thread that another process holds up delays the call by one range, not by
-// its whole share. Each output row is written by one thread, so the bits do
-// not depend on who takes which range.
-inline constexpr int64_t kChunksPerThread = 8;
+// any other thread; else on threads_for's count, in ranges taken dynamically
+// (detail::parallel_ranges). Each output row is written by one thread, so the
+// bits do not depend on who takes which range.
 template <typename RowsFn>
 void over_token_ranges(const Exec& ex, int64_t N, int64_t work, RowsFn&& rows) {
   const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, work);
-  if (nt == 1) return rows(int64_t{0}, N);
-  const int64_t chunks = std::min<int64_t>(N, kChunksPerThread * nt);
-  detail::parallel_chunks(nt, chunks, [&](int64_t c, int) { rows(N * c / chunks, N * (c + 1) / chunks); });
+  detail::parallel_ranges(nt, N, [&](int64_t n0, int64_t n1, int) { rows(n0, n1); });
 }
 
 }  // namespace tokpos::kernels::cpu

@@ -128,11 +128,8 @@ void apply(const RopeApply& r, const Exec& ex) {
   const int64_t N = r.B * r.T;
   const int64_t work = N * (r.H * r.D + 40 * r.half);  // sin and cos cost about 40 flops a pair
   const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, work);
-  if (nt == 1) return rope_rows<E>(r, r.scratch, 0, N);
-  const int64_t chunks = std::min<int64_t>(N, kChunksPerThread * nt);
-  detail::parallel_chunks(nt, chunks, [&](int64_t c, int slot) {
-    rope_rows<E>(r, r.scratch + slot * 2 * r.half, N * c / chunks, N * (c + 1) / chunks);
-  });
+  detail::parallel_ranges(nt, N,
+                          [&](int64_t n0, int64_t n1, int slot) { rope_rows<E>(r, r.scratch + slot * 2 * r.half, n0, n1); });
 }
 
 // A value rounded to E and back (the rounding torch applies after each
@@ -239,10 +236,7 @@ template <typename E, bool Inverse>
 void apply_tables(const RopeTables& r, const Exec& ex) {
   const int64_t N = r.B * r.T;
   const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, N * r.H * r.D);
-  if (nt == 1) return rope_table_rows<E, Inverse>(r, 0, N);
-  const int64_t chunks = std::min<int64_t>(N, kChunksPerThread * nt);
-  detail::parallel_chunks(nt, chunks,
-                          [&](int64_t c, int) { rope_table_rows<E, Inverse>(r, N * c / chunks, N * (c + 1) / chunks); });
+  detail::parallel_ranges(nt, N, [&](int64_t n0, int64_t n1, int) { rope_table_rows<E, Inverse>(r, n0, n1); });
 }
 
 template <typename E>
