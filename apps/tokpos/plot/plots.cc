@@ -166,21 +166,41 @@ void check_out(const std::string& out) {
   }
 }
 
-// Makes the directory, writes every figure, warns about characters drawn as boxes, lists the files.
-void finish(const PlotOptions& o, Progress& progress, const std::vector<Figure>& figures,
-            const std::vector<PlotFile>& files, std::ostream& log, std::ostream& warn) {
-  progress.step("writing files");
-  ensure_directory(o.out);
-  write_figures(o.out, figures);
-  progress.done();
-  std::set<char32_t> missing;
-  for (const Figure& f : figures) missing.insert(f.missing_glyphs.begin(), f.missing_glyphs.end());
-  if (!missing.empty()) warn << missing_glyphs_warning(missing) << "\n";
-  for (const auto& f : files) {
-    log << "wrote " << o.out << "/" << f.name << ".png and .svg (" << kWidth << "x" << kHeight << "): " << f.caption
-        << "\n";
+// The figures of one plot command: each drawn when it is saved (the progress
+// line names it), all written together by finish, so a failure leaves the
+// previous pictures as they were.
+class FigureSet {
+ public:
+  explicit FigureSet(Progress& progress) : progress_(progress) {}
+
+  void save(const std::string& name, const std::string& caption, const std::function<void(cairo_t*)>& draw) {
+    progress_.step(name);
+    figures_.push_back(render_figure(name, kWidth, kHeight, draw));
+    files_.push_back({name, caption});
   }
-}
+
+  // Makes the directory, writes every figure, warns about characters drawn as
+  // boxes, lists the files and returns them.
+  std::vector<PlotFile> finish(const PlotOptions& o, std::ostream& log, std::ostream& warn) {
+    progress_.step("writing files");
+    ensure_directory(o.out);
+    write_figures(o.out, figures_);
+    progress_.done();
+    std::set<char32_t> missing;
+    for (const Figure& f : figures_) missing.insert(f.missing_glyphs.begin(), f.missing_glyphs.end());
+    if (!missing.empty()) warn << missing_glyphs_warning(missing) << "\n";
+    for (const auto& f : files_) {
+      log << "wrote " << o.out << "/" << f.name << ".png and .svg (" << kWidth << "x" << kHeight
+          << "): " << f.caption << "\n";
+    }
+    return files_;
+  }
+
+ private:
+  Progress& progress_;
+  std::vector<Figure> figures_;
+  std::vector<PlotFile> files_;
+};
 
 std::vector<PlotFile> make_trained_plots(const PlotOptions& o, std::ostream& log, std::ostream& warn) {
   check_out(o.out);
@@ -190,13 +210,7 @@ std::vector<PlotFile> make_trained_plots(const PlotOptions& o, std::ostream& log
   const int64_t L = c.trained.max_context, D = c.trained.dim;
   const std::string who = c.trained.file_name + " (" + c.trained.preset + ")";
   const std::string sinus_name = "sinusoidal (" + o.layout + ")";
-  std::vector<PlotFile> files;
-  std::vector<Figure> figures;
-  auto save = [&](const std::string& name, const std::string& caption, const std::function<void(cairo_t*)>& draw) {
-    progress.step(name);
-    figures.push_back(render_figure(name, kWidth, kHeight, draw));
-    files.push_back({name, caption});
-  };
+  FigureSet figs(progress);
   // A few large values would wash out the rest: the colour scale ends at the
   // 99th percentile of |value|, and what is larger saturates.
   std::vector<float> mags(c.trained.table.size());
@@ -204,27 +218,30 @@ std::vector<PlotFile> make_trained_plots(const PlotOptions& o, std::ostream& log
   const auto at = mags.begin() + static_cast<std::ptrdiff_t>((mags.size() - 1) * 99 / 100);
   std::nth_element(mags.begin(), at, mags.end());
   const double vmax = *at > 0 ? static_cast<double>(*at) : max_abs(c.trained.table);
-  save("trained_table", "the trained position table of " + who + ", one row per position", [&](cairo_t* cr) {
-    table_figure(cr, c.trained.table, L, D, vmax, "Trained position table: " + who,
-                 "L = " + std::to_string(L) + " positions x D = " + std::to_string(D) +
-                     "; colours end at " + fmt("%.3g", vmax) + ", the 99th percentile of |value| (max " +
-                     fmt("%.3g", max_abs(c.trained.table)) + ")");
-  });
-  save("trained_similarity_matrix",
-       "left: the trained table of " + who + ", right: a sinusoidal table of the same L and D",
-       [&](cairo_t* cr) { matrix_figure(cr, L, c.matrix_trained, "trained: " + c.trained.file_name,
-                                        c.matrix_sinusoidal, sinus_name); });
-  save("trained_similarity_by_offset",
-       "mean adjacent cosine " + fmt("%.4f", c.by_offset_trained.size() > 1 ? c.by_offset_trained[1] : 1.0) +
-           " (trained) against " +
-           fmt("%.4f", c.by_offset_sinusoidal.size() > 1 ? c.by_offset_sinusoidal[1] : 1.0) + " (sinusoidal)",
-       [&](cairo_t* cr) {
-         offset_figure(cr, L - 1, c.by_offset_sinusoidal, sinus_name, c.by_offset_trained,
-                       "trained: " + c.trained.file_name,
-                       "the trained table of " + who + " beside a sinusoidal table of the same shape");
-       });
-  finish(o, progress, figures, files, log, warn);
-  return files;
+  figs.save(
+      "trained_table", "the trained position table of " + who + ", one row per position", [&](cairo_t* cr) {
+        table_figure(cr, c.trained.table, L, D, vmax, "Trained position table: " + who,
+                     "L = " + std::to_string(L) + " positions x D = " + std::to_string(D) +
+                         "; colours end at " + fmt("%.3g", vmax) + ", the 99th percentile of |value| (max " +
+                         fmt("%.3g", max_abs(c.trained.table)) + ")");
+      });
+  figs.save("trained_similarity_matrix",
+            "left: the trained table of " + who + ", right: a sinusoidal table of the same L and D",
+            [&](cairo_t* cr) {
+              matrix_figure(cr, L, c.matrix_trained, "trained: " + c.trained.file_name, c.matrix_sinusoidal,
+                            sinus_name);
+            });
+  figs.save(
+      "trained_similarity_by_offset",
+      "mean adjacent cosine " + fmt("%.4f", c.by_offset_trained.size() > 1 ? c.by_offset_trained[1] : 1.0) +
+          " (trained) against " +
+          fmt("%.4f", c.by_offset_sinusoidal.size() > 1 ? c.by_offset_sinusoidal[1] : 1.0) + " (sinusoidal)",
+      [&](cairo_t* cr) {
+        offset_figure(cr, L - 1, c.by_offset_sinusoidal, sinus_name, c.by_offset_trained,
+                      "trained: " + c.trained.file_name,
+                      "the trained table of " + who + " beside a sinusoidal table of the same shape");
+      });
+  return figs.finish(o, log, warn);
 }
 
 // One line of a linear chart: solid with markers, or dashed without.
@@ -313,17 +330,11 @@ std::vector<PlotFile> make_run_plots(const PlotOptions& o, std::ostream& log, st
   const double x0 = S > 1 ? steps.front() : steps.front() - 1, x1 = S > 1 ? steps.back() : steps.back() + 1;
   const std::string last_step = std::to_string(run.steps.back());
 
-  std::vector<PlotFile> files;
-  std::vector<Figure> figures;
-  auto save = [&](const std::string& name, const std::string& caption, const std::function<void(cairo_t*)>& draw) {
-    progress.step(name);
-    figures.push_back(render_figure(name, kWidth, kHeight, draw));
-    files.push_back({name, caption});
-  };
+  FigureSet figs(progress);
 
   std::string shown_steps;
   for (size_t i = 0; i < diag.shown.size(); ++i) shown_steps += (i ? ", " : "") + std::to_string(run.steps[diag.shown[i]]);
-  save("run_heatmaps", tr("run.caption.heatmaps", {shown_steps}), [&](cairo_t* cr) {
+  figs.save("run_heatmaps", tr("run.caption.heatmaps", {shown_steps}), [&](cairo_t* cr) {
     // Each panel has its own colour scale: the structure, not the size, is what changes most.
     title(cr, tr("run.heatmaps.title", {run.file_name}),
           tr("run.heatmaps.sub", {std::to_string(L), std::to_string(D), std::to_string(diag.shown.size()),
@@ -345,9 +356,9 @@ std::vector<PlotFile> make_run_plots(const PlotOptions& o, std::ostream& log, st
 
   // A chart of lines against the step; unit_range keeps 0 and 1 on the y axis.
   const auto step_chart = [&](const std::string& name, const std::string& caption, const std::string& head,
-                              const std::string& sub, const std::vector<Line>& lines, const std::string& y_label,
-                              bool unit_range) {
-    save(name, caption, [&](cairo_t* cr) {
+                              const std::string& sub, const std::vector<Line>& lines,
+                              const std::string& y_label, bool unit_range) {
+    figs.save(name, caption, [&](cairo_t* cr) {
       title(cr, head, sub);
       std::vector<const std::vector<double>*> all;
       for (const auto& l : lines) all.push_back(&l.y);
@@ -393,8 +404,7 @@ std::vector<PlotFile> make_run_plots(const PlotOptions& o, std::ostream& log, st
                     held_sinus = fmt("%.4f", run.loss_heldout_sinusoidal.back());
   step_chart("run_loss", tr("run.caption.loss", {last_step, held_learned, held_sinus}), tr("run.loss.title"),
              tr("run.loss.sub", {last_step, held_learned, held_sinus}), loss_lines, tr("run.axis.loss"), false);
-  finish(o, progress, figures, files, log, warn);
-  return files;
+  return figs.finish(o, log, warn);
 }
 
 }  // namespace
@@ -520,76 +530,82 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log, std::o
   LearnedPositionalEmbedding learned({.max_context = L, .dim = D, .seed = o.seed});
   const std::vector<float> learned_t(learned.table().begin(), learned.table().end());
 
-  std::vector<PlotFile> files;
-  std::vector<Figure> figures;
-  auto save = [&](const std::string& name, const std::string& caption, const std::function<void(cairo_t*)>& draw) {
-    progress.step(name);
-    figures.push_back(render_figure(name, kWidth, kHeight, draw));
-    files.push_back({name, caption});
-  };
+  FigureSet figs(progress);
 
   const std::string shape = "L = " + std::to_string(L) + " positions x D = " + std::to_string(D);
-  save("position_table", "row 0 alternates sin 0 = 0 (white) and cos 0 = 1 (red); fast columns on the left, slow on the right",
-       [&](cairo_t* cr) {
-         table_figure(cr, sinus, L, D, 1.0, "Sinusoidal position table (" + o.layout + ", base " + fmt("%g", o.base) + ")",
-                      shape + ": each row is the vector added at one position");
-       });
+  figs.save(
+      "position_table",
+      "row 0 alternates sin 0 = 0 (white) and cos 0 = 1 (red); fast columns on the left, slow on the right",
+      [&](cairo_t* cr) {
+        table_figure(cr, sinus, L, D, 1.0,
+                     "Sinusoidal position table (" + o.layout + ", base " + fmt("%g", o.base) + ")",
+                     shape + ": each row is the vector added at one position");
+      });
   const double lv = max_abs(learned_t);
-  save("learned_table", "a freshly initialised learned table is noise: no structure along positions until training",
-       [&](cairo_t* cr) {
-         table_figure(cr, learned_t, L, D, lv, "Learned position table at initialisation",
-                      shape + ", drawn from N(0, 0.02^2) with seed " + std::to_string(o.seed));
-       });
+  figs.save("learned_table",
+            "a freshly initialised learned table is noise: no structure along positions until training",
+            [&](cairo_t* cr) {
+              table_figure(cr, learned_t, L, D, lv, "Learned position table at initialisation",
+                           shape + ", drawn from N(0, 0.02^2) with seed " + std::to_string(o.seed));
+            });
 
   const int64_t K = L - 1;
   progress.step("cosine by offset");
   const auto sim_s = cosine_by_offset(sinus, L, D, K), sim_l = cosine_by_offset(learned_t, L, D, K);
-  save("similarity_by_offset", "sinusoidal rows stay similar to near neighbours and decay smoothly; learned rows start unrelated",
-       [&](cairo_t* cr) {
-         offset_figure(cr, K, sim_s, "sinusoidal (" + o.layout + ")", sim_l, "learned, at init",
-                       "how much a position's vector still resembles the one k steps later");
-       });
+  figs.save(
+      "similarity_by_offset",
+      "sinusoidal rows stay similar to near neighbours and decay smoothly; learned rows start unrelated",
+      [&](cairo_t* cr) {
+        offset_figure(cr, K, sim_s, "sinusoidal (" + o.layout + ")", sim_l, "learned, at init",
+                      "how much a position's vector still resembles the one k steps later");
+      });
 
   progress.step("similarity matrices");
   const auto ms = similarity_matrix(sinus, L, D), ml = similarity_matrix(learned_t, L, D);
-  save("similarity_matrix", "the sinusoidal matrix has bands along the diagonal (similarity depends on p - q); the learned one only its diagonal",
-       [&](cairo_t* cr) { matrix_figure(cr, L, ms, "sinusoidal", ml, "learned, at init"); });
+  figs.save("similarity_matrix",
+            "the sinusoidal matrix has bands along the diagonal (similarity depends on p - q); the learned "
+            "one only its diagonal",
+            [&](cairo_t* cr) { matrix_figure(cr, L, ms, "sinusoidal", ml, "learned, at init"); });
 
   const int64_t D2 = std::max<int64_t>(2, D / 2);
-  save("wavelength_bands", "halving D keeps the range of wavelengths but takes bigger steps between neighbouring pairs",
-       [&](cairo_t* cr) {
-         title(cr, "Wavelength of each sin/cos pair: D = " + std::to_string(D) + " and D = " + std::to_string(D2),
-               "pair k repeats every 2 pi / w_k positions; log scale, one band per decade");
-         const int64_t dims[2] = {D, D2};
-         double top = 10;
-         std::vector<double> waves[2];
-         for (int i = 0; i < 2; ++i) {
-           const int64_t n = num_frequency_pairs(layout, dims[i]);
-           for (int64_t k = 0; k < n; ++k) {
-             waves[i].push_back(2 * M_PI / frequency(k, dims[i], topt));
-             top = std::max(top, waves[i].back());
-           }
-         }
-         top = std::pow(10.0, std::ceil(std::log10(top)));
-         for (int i = 0; i < 2; ++i) {
-           const double n = static_cast<double>(std::max<size_t>(waves[i].size(), 1));
-           Axes a{{90.0 + 445 * i, 90, 380, 450}, -0.5, n - 0.5, 1, top, true};
-           std::vector<double> decades;
-           for (double v = 1; v <= top * 1.0001; v *= 10) decades.push_back(v);
-           draw_axes(cr, a, "pair k", i == 0 ? "wavelength (positions)" : "", nice_ticks(0, n - 1, 5), decades);
-           for (size_t k = 0; k < waves[i].size(); ++k) {
-             const double x = a.px(static_cast<double>(k)), bw = std::max(1.0, 0.7 * a.area.w / n);
-             const double shade = std::log10(waves[i][k]) / std::log10(top);
-             cairo_set_source_rgb(cr, 0.95 - 0.8 * shade, 0.55 - 0.35 * shade, 0.25 + 0.45 * shade);
-             cairo_rectangle(cr, x - bw / 2, a.py(waves[i][k]), bw, a.area.y + a.area.h - a.py(waves[i][k]));
-             cairo_fill(cr);
-           }
-           text(cr, a.area.x + a.area.w / 2, a.area.y - 16,
-                "D = " + std::to_string(dims[i]) + ": " + std::to_string(waves[i].size()) + " pairs, x" +
-                    fmt("%.3f", waves[i].size() > 1 ? waves[i][1] / waves[i][0] : 1.0) + " per step",
-                14, Align::kCenter, true);
-         }
-       });
+  figs.save(
+      "wavelength_bands",
+      "halving D keeps the range of wavelengths but takes bigger steps between neighbouring pairs",
+      [&](cairo_t* cr) {
+        title(cr,
+              "Wavelength of each sin/cos pair: D = " + std::to_string(D) + " and D = " + std::to_string(D2),
+              "pair k repeats every 2 pi / w_k positions; log scale, one band per decade");
+        const int64_t dims[2] = {D, D2};
+        double top = 10;
+        std::vector<double> waves[2];
+        for (int i = 0; i < 2; ++i) {
+          const int64_t n = num_frequency_pairs(layout, dims[i]);
+          for (int64_t k = 0; k < n; ++k) {
+            waves[i].push_back(2 * M_PI / frequency(k, dims[i], topt));
+            top = std::max(top, waves[i].back());
+          }
+        }
+        top = std::pow(10.0, std::ceil(std::log10(top)));
+        for (int i = 0; i < 2; ++i) {
+          const double n = static_cast<double>(std::max<size_t>(waves[i].size(), 1));
+          Axes a{{90.0 + 445 * i, 90, 380, 450}, -0.5, n - 0.5, 1, top, true};
+          std::vector<double> decades;
+          for (double v = 1; v <= top * 1.0001; v *= 10) decades.push_back(v);
+          draw_axes(cr, a, "pair k", i == 0 ? "wavelength (positions)" : "", nice_ticks(0, n - 1, 5),
+                    decades);
+          for (size_t k = 0; k < waves[i].size(); ++k) {
+            const double x = a.px(static_cast<double>(k)), bw = std::max(1.0, 0.7 * a.area.w / n);
+            const double shade = std::log10(waves[i][k]) / std::log10(top);
+            cairo_set_source_rgb(cr, 0.95 - 0.8 * shade, 0.55 - 0.35 * shade, 0.25 + 0.45 * shade);
+            cairo_rectangle(cr, x - bw / 2, a.py(waves[i][k]), bw, a.area.y + a.area.h - a.py(waves[i][k]));
+            cairo_fill(cr);
+          }
+          text(cr, a.area.x + a.area.w / 2, a.area.y - 16,
+               "D = " + std::to_string(dims[i]) + ": " + std::to_string(waves[i].size()) + " pairs, x" +
+                   fmt("%.3f", waves[i].size() > 1 ? waves[i][1] / waves[i][0] : 1.0) + " per step",
+               14, Align::kCenter, true);
+        }
+      });
 
   // The worked example: a few tokens, the rows they pick, the position rows, the sum.
   const std::string example = o.text.empty() ? std::string("Hello") : o.text;
@@ -608,43 +624,52 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log, std::o
   const auto pos_rows = cut([&](int64_t t) { return sinus.data() + t * D; });
   std::vector<float> sum_rows(tok_rows.size());
   for (size_t k = 0; k < sum_rows.size(); ++k) sum_rows[k] = tok_rows[k] + pos_rows[k];
-  save("lookup", "each id picks one row of the token table; the row for its position is added; the sum goes to attention",
-       [&](cairo_t* cr) {
-         // The characters of the T bytes shown (a character cut by the limit is left out).
-         title(cr, "The lookup, step by step: \"" + utf8_label(example, static_cast<size_t>(T)) + "\"",
-               "first " + std::to_string(show) + " of D = " + std::to_string(D) + " columns; each panel has its own colour scale");
-         const double y0 = 110, h = 420, rowh = h / static_cast<double>(T);
-         for (int64_t t = 0; t < T; ++t) {  // each byte, as hex, and its id
-           const auto byte = static_cast<unsigned char>(ids[t] - ByteTokenizer::kByteOffset);
-           text(cr, 58, y0 + rowh * (static_cast<double>(t) + 0.5), byte_label(byte) + "  ->  id " + std::to_string(ids[t]), 14);
-         }
-         // Each character once, beside its bytes, tied to them by a bracket
-         // when it has several; an invalid byte keeps its row alone.
-         for (const ByteGroup& g : byte_groups(example, T)) {
-           const double top = y0 + rowh * static_cast<double>(g.first), bottom = top + rowh * static_cast<double>(g.count);
-           if (!g.label.empty()) text(cr, 24, (top + bottom) / 2, g.label, 18, Align::kCenter);
-           if (g.count > 1) {
-             cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
-             cairo_set_line_width(cr, 1.5);
-             cairo_move_to(cr, 52, top + 6);
-             cairo_line_to(cr, 46, top + 6);
-             cairo_line_to(cr, 46, bottom - 6);
-             cairo_line_to(cr, 52, bottom - 6);
-             cairo_stroke(cr);
-           }
-         }
-         const char* names[3] = {"token rows  table[id]", "position rows  P[t]", "sum  (input to attention)"};
-         const std::vector<float>* panels[3] = {&tok_rows, &pos_rows, &sum_rows};
-         for (int i = 0; i < 3; ++i) {
-           const Rect r{190.0 + 260 * i, y0, 200, h};
-           text(cr, r.x + r.w / 2, y0 - 22, names[i], 13, Align::kCenter, true);
-           heatmap(cr, r, *panels[i], static_cast<int>(T), static_cast<int>(show), max_abs(*panels[i]));
-           text(cr, r.x + r.w / 2, y0 + h + 20, "max |value| " + fmt("%.3g", max_abs(*panels[i])), 12, Align::kCenter, false, 0, kGrey);
-           if (i < 2) text(cr, r.x + r.w + 30, y0 + h / 2, i == 0 ? "+" : "=", 34, Align::kCenter, true);
-         }
-         text(cr, kWidth / 2.0, 600, "token rows are small (N(0, 0.02^2)), so at initialisation the position signal dominates the sum",
-              13, Align::kCenter, false, 0, kGrey);
-       });
+  figs.save(
+      "lookup",
+      "each id picks one row of the token table; the row for its position is added; the sum goes to "
+      "attention",
+      [&](cairo_t* cr) {
+        // The characters of the T bytes shown (a character cut by the limit is left out).
+        title(cr, "The lookup, step by step: \"" + utf8_label(example, static_cast<size_t>(T)) + "\"",
+              "first " + std::to_string(show) + " of D = " + std::to_string(D) +
+                  " columns; each panel has its own colour scale");
+        const double y0 = 110, h = 420, rowh = h / static_cast<double>(T);
+        for (int64_t t = 0; t < T; ++t) {  // each byte, as hex, and its id
+          const auto byte = static_cast<unsigned char>(ids[t] - ByteTokenizer::kByteOffset);
+          text(cr, 58, y0 + rowh * (static_cast<double>(t) + 0.5),
+               byte_label(byte) + "  ->  id " + std::to_string(ids[t]), 14);
+        }
+        // Each character once, beside its bytes, tied to them by a bracket
+        // when it has several; an invalid byte keeps its row alone.
+        for (const ByteGroup& g : byte_groups(example, T)) {
+          const double top = y0 + rowh * static_cast<double>(g.first),
+                       bottom = top + rowh * static_cast<double>(g.count);
+          if (!g.label.empty()) text(cr, 24, (top + bottom) / 2, g.label, 18, Align::kCenter);
+          if (g.count > 1) {
+            cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
+            cairo_set_line_width(cr, 1.5);
+            cairo_move_to(cr, 52, top + 6);
+            cairo_line_to(cr, 46, top + 6);
+            cairo_line_to(cr, 46, bottom - 6);
+            cairo_line_to(cr, 52, bottom - 6);
+            cairo_stroke(cr);
+          }
+        }
+        const char* names[3] = {"token rows  table[id]", "position rows  P[t]", "sum  (input to attention)"};
+        const std::vector<float>* panels[3] = {&tok_rows, &pos_rows, &sum_rows};
+        for (int i = 0; i < 3; ++i) {
+          const Rect r{190.0 + 260 * i, y0, 200, h};
+          text(cr, r.x + r.w / 2, y0 - 22, names[i], 13, Align::kCenter, true);
+          heatmap(cr, r, *panels[i], static_cast<int>(T), static_cast<int>(show), max_abs(*panels[i]));
+          text(cr, r.x + r.w / 2, y0 + h + 20, "max |value| " + fmt("%.3g", max_abs(*panels[i])), 12,
+               Align::kCenter, false, 0, kGrey);
+          if (i < 2) text(cr, r.x + r.w + 30, y0 + h / 2, i == 0 ? "+" : "=", 34, Align::kCenter, true);
+        }
+        text(
+            cr, kWidth / 2.0, 600,
+            "token rows are small (N(0, 0.02^2)), so at initialisation the position signal dominates the sum",
+            13, Align::kCenter, false, 0, kGrey);
+      });
 
   // RoPE scalings for one Llama-3-like configuration: which pairs each scheme stretches.
   constexpr int64_t kRopeDim = 128, kOriginal = 8192;
@@ -681,17 +706,20 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log, std::o
       rope_series.push_back(std::move(s));
     }
   }
-  save("rope_scalings", "high-frequency pairs keep their wavelength under YaRN and llama3; linear stretches every pair by 8",
-       [&](cairo_t* cr) {
-         title(cr, "RoPE wavelength per pair: dim 128, base 500000, factor 8, original context 8192",
-               "2 pi / inv_freq[k], log scale; dynamic NTK at seq_len 32768 (4x the original)");
-         double top = 1;
-         for (const auto& s : rope_series)
-           for (double v : s.y) top = std::max(top, v);
-         series_figure(cr, rope_series, -1, static_cast<double>(kRopeDim / 2), 1,
-                       std::pow(10.0, std::ceil(std::log10(top))), nice_ticks(0, static_cast<double>(kRopeDim / 2 - 1), 8), "pair k",
-                       "wavelength (positions)");
-       });
+  figs.save(
+      "rope_scalings",
+      "high-frequency pairs keep their wavelength under YaRN and llama3; linear stretches every pair by 8",
+      [&](cairo_t* cr) {
+        title(cr, "RoPE wavelength per pair: dim 128, base 500000, factor 8, original context 8192",
+              "2 pi / inv_freq[k], log scale; dynamic NTK at seq_len 32768 (4x the original)");
+        double top = 1;
+        for (const auto& s : rope_series)
+          for (double v : s.y) top = std::max(top, v);
+        series_figure(cr, rope_series, -1, static_cast<double>(kRopeDim / 2), 1,
+                      std::pow(10.0, std::ceil(std::log10(top))),
+                      nice_ticks(0, static_cast<double>(kRopeDim / 2 - 1), 8), "pair k",
+                      "wavelength (positions)");
+      });
 
   // ALiBi: the slope of each head, for a few head counts.
   std::vector<Series> alibi_series;
@@ -704,15 +732,16 @@ std::vector<PlotFile> make_plots(const PlotOptions& o, std::ostream& log, std::o
     }
     alibi_series.push_back(std::move(s));
   }
-  save("alibi_slopes", "a power-of-two head count n gives 2^(-8h/n) down to 2^-8; 12 heads take the 8 slopes of 8 heads and 4 of the 16 heads' in between",
-       [&](cairo_t* cr) {
-         title(cr, "ALiBi slope per head (max_bias 8)",
-               "head h adds -slope * distance to its attention scores; log scale");
-         series_figure(cr, alibi_series, 0, 33, 1e-3, 1, nice_ticks(1, 32, 8), "head h", "slope");
-       });
+  figs.save("alibi_slopes",
+            "a power-of-two head count n gives 2^(-8h/n) down to 2^-8; 12 heads take the 8 slopes of 8 heads "
+            "and 4 of the 16 heads' in between",
+            [&](cairo_t* cr) {
+              title(cr, "ALiBi slope per head (max_bias 8)",
+                    "head h adds -slope * distance to its attention scores; log scale");
+              series_figure(cr, alibi_series, 0, 33, 1e-3, 1, nice_ticks(1, 32, 8), "head h", "slope");
+            });
 
-  finish(o, progress, figures, files, log, warn);
-  return files;
+  return figs.finish(o, log, warn);
 }
 
 }  // namespace tokpos::plot
