@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -45,6 +46,16 @@ inline std::string first_line(const char* path) {
   std::string s;
   std::getline(f, s);
   return s;
+}
+
+// The 1, 5 and 15 minute load averages, "0.33 1.10 1.96" ("unknown" where
+// getloadavg fails).
+inline std::string load_average() {
+  double l[3] = {};
+  if (getloadavg(l, 3) != 3) return "unknown";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f %.2f %.2f", l[0], l[1], l[2]);
+  return buf;
 }
 
 // The last data or unified cache of cpu0 as "L<level> <size>", e.g. "L3 32768K".

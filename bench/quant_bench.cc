@@ -176,7 +176,7 @@ int run(int argc, char** argv) {
               static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(D));
   std::printf("CPU: %s, %u logical CPUs, last-level cache %s; load average %s\n", cpu_model().c_str(),
               std::thread::hardware_concurrency(), last_level_cache().c_str(),
-              first_line("/proc/loadavg").c_str());
+              load_average().c_str());
   std::printf("tokpos stream threshold: %lld bytes\n", static_cast<long long>(tokpos::stream_min_bytes()));
   std::printf("ggml: %s\n\n", ggml_note().c_str());
   std::fflush(stdout);
@@ -325,7 +325,7 @@ int run(int argc, char** argv) {
     std::printf("  %-5s %12.1f %8.3fx %9.2f\n", c.name, bytes / (1 << 20), bytes / f32_bytes,
                 bytes * 8.0 / static_cast<double>(V * D));
   }
-  std::printf("\nload average at the end: %s\n", first_line("/proc/loadavg").c_str());
+  std::printf("\nload average at the end: %s\n", load_average().c_str());
   if (mismatches != 0) {
     std::printf("%d MISMATCH(ES) between tokpos and the plain loop\n", mismatches);
     return 1;

@@ -99,14 +99,6 @@ std::string fmt_time(double s) {
   return buf;
 }
 
-std::string load_average() {
-  double l[3] = {};
-  if (getloadavg(l, 3) != 3) return "unknown";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f %.2f %.2f", l[0], l[1], l[2]);
-  return buf;
-}
-
 // A thread spinning on one CPU while it lives: another process's busy loop,
 // as an engine's own threads would be.
 class BusyCpu {
@@ -583,10 +575,8 @@ int run(int argc, char** argv) {
   }
   std::printf(
       "\nratio: the median over rotations of (line's time / tokpos's time) in the same rotation, above 1: "
-      "tokpos "
-      "faster; [IQR]: the ratios' interquartile range. Times: medians. 1t/busy: tokpos's 1-thread median / "
-      "its "
-      "2+busy median (below 1: the contended 2-thread call is slower than one thread alone).\n");
+      "tokpos faster; [IQR]: the ratios' interquartile range. Times: medians. 1t/busy: tokpos's 1-thread "
+      "median / its 2+busy median (below 1: the contended 2-thread call is slower than one thread alone).\n");
   std::printf("\nrows where tokpos is more than 3%% slower than the line beside it (ratio below 0.97): %zu\n",
               behind.size());
   for (const std::string& row : behind) std::printf("%s\n", row.c_str());
