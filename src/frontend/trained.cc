@@ -11,6 +11,25 @@
 #include "tokpos/error.h"
 
 namespace tokpos::frontend {
+namespace {
+
+// Every answer built on a position table (rows, cosines, wavelengths) must be
+// a finite number: a NaN or an infinity is refused here, once, naming the
+// file, the table (tensor(): the tensor and whose table it is, asked only on
+// failure), the row, the column and the value.
+template <typename TensorText>
+void refuse_non_finite(const std::string& path, const std::vector<float>& t, int64_t D, TensorText&& tensor) {
+  const auto bad = std::find_if(t.begin(), t.end(), [](float v) { return !std::isfinite(v); });
+  if (bad == t.end()) return;
+  const auto i = static_cast<int64_t>(bad - t.begin());
+  std::ostringstream os;
+  os << path << ": " << tensor() << " (L = " << static_cast<int64_t>(t.size()) / D << ", D = " << D << "): row "
+     << i / D << " holds " << *bad << " at column " << i % D
+     << ", the first value that is not finite; every value of a position table must be finite";
+  throw Error(Status::kInvalidArgument, os.str());
+}
+
+}  // namespace
 
 const std::vector<std::string>& preset_roles(std::string_view preset) {
   static const std::vector<std::string> gpt2{"wte", "wpe"};
@@ -54,18 +73,10 @@ TrainedPositions load_trained_positions(const std::string& path, std::string_vie
   t.max_context = pos.max_context();
   t.dim = pos.dim();
   t.table.assign(pos.table().begin(), pos.table().end());
-  // Every answer built on the table (rows, cosines, wavelengths) must be a
-  // finite number: a NaN or an infinity is refused here, once, naming where.
-  const auto bad = std::find_if(t.table.begin(), t.table.end(), [](float v) { return !std::isfinite(v); });
-  if (bad != t.table.end()) {
-    const auto i = static_cast<int64_t>(bad - t.table.begin());
-    std::ostringstream os;
-    os << path << ": tensor '" << preset_tensor_name(file, preset, preset == "gpt2" ? "wpe" : "position", names) << "', the " << preset
-       << " preset's position table (L = " << t.max_context << ", D = " << t.dim << "): row " << i / t.dim
-       << " holds " << *bad << " at column " << i % t.dim
-       << ", the first value that is not finite; every value of a position table must be finite";
-    throw Error(Status::kInvalidArgument, os.str());
-  }
+  refuse_non_finite(path, t.table, t.dim, [&] {
+    return "tensor '" + preset_tensor_name(file, preset, preset == "gpt2" ? "wpe" : "position", names) + "', the " +
+           std::string(preset) + " preset's position table";
+  });
   return t;
 }
 
@@ -164,16 +175,8 @@ TrainingRun load_training_run(const std::string& path) {
   const int64_t L = run.max_context, D = run.dim;
   const auto S = static_cast<int64_t>(run.steps.size());
   const std::string table_why = "config's context and dim make the tables (L, D) = " + shape_text({L, D});
-  // Every answer built on a table must be a finite number: refused here, once, naming where.
   const auto check_finite = [&](const std::string& name, const std::vector<float>& t) {
-    const auto bad = std::find_if(t.begin(), t.end(), [](float v) { return !std::isfinite(v); });
-    if (bad == t.end()) return;
-    const auto i = static_cast<int64_t>(bad - t.begin());
-    std::ostringstream os;
-    os << path << ": tensor '" << name << "', a position table of the run (L = " << L << ", D = " << D << "): row "
-       << i / D << " holds " << *bad << " at column " << i % D
-       << ", the first value that is not finite; every value of a position table must be finite";
-    throw Error(Status::kInvalidArgument, os.str());
+    refuse_non_finite(path, t, D, [&] { return "tensor '" + name + "', a position table of the run"; });
   };
   for (const int64_t step : run.steps) {
     const std::string name = "positions.step_" + std::to_string(step);
