@@ -35,7 +35,7 @@ TEST(Allocation, ForwardIntoACallerBufferAllocatesNothing) {
       tokpos::EmbeddingComposer c(tokpos::TokenEmbedding({.vocab_size = 1000, .dim = 256}), std::move(pos));
       const auto ids = tokpos::testing::ids_mod(4 * 512, 1000, 1);
       std::vector<float> out(4 * 512 * 256);
-      c.forward(ids, 4, 512, out);  // warm up OpenMP's thread pool
+      c.forward(ids, 4, 512, out);  // warm up the library's workers
       const long before = g_allocations.load();
       c.forward(ids, 4, 512, out);
       c.forward(std::span(ids).first(1), 1, 1, std::span<float>(out.data(), 256),

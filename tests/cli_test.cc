@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include "run_command.h"
+#include "test_util.h"
 #include "tokpos/npy.h"
 #include "tokpos/position_table.h"
 #include "tokpos/tokpos.h"
@@ -476,7 +477,7 @@ TEST(Cli, DemoJsonReplacesInvalidUtf8AndSaysSo) {
 }
 
 TEST(Cli, TableOutOfMemoryNamesTheBytes) {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef TOKPOS_TEST_SANITIZED
   GTEST_SKIP() << "AddressSanitizer reserves terabytes of shadow memory, which no address-space limit admits";
 #endif
   const auto path = scratch("cli_oom." + std::to_string(getpid()) + ".npy");

@@ -31,7 +31,7 @@ using tokpos::testing::sentinel;
 std::string last() { return tokpos_last_error(); }
 
 TEST(Errors, AllocationFailureIsAStatusNotACrash) {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef TOKPOS_TEST_SANITIZED
   GTEST_SKIP() << "AddressSanitizer's operator new aborts on failure instead of throwing std::bad_alloc";
 #endif
   // 2^46 floats = 256 TiB: more than the 47-bit address space, so it fails on any machine.

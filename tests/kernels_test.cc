@@ -493,7 +493,8 @@ TEST_P(KernelAgreement, TypedMatchesReference) {
 // from random values; each back end at 1, 2 and 7 threads, with no workspace
 // and with one reused across every call.
 TEST_P(KernelAgreement, BackwardMatchesReference) {
-  const auto [B, T, D, V] = GetParam();
+  int64_t B, T, D, V;  // named variables, not bindings: the lambdas below capture them
+  std::tie(B, T, D, V) = GetParam();
   const int64_t N = B * T, L = T + 5, start = 3;
   auto token_rows = ids_mod(N, V, 6);
   if (N > 2) token_rows[1] = -1;  // padding: skipped
@@ -816,7 +817,8 @@ TEST(Kernels, DecodeStepBackwardMatchesTheReference) {
       const kn::RowGroups pos_groups = kn::group_rows(positions.data(), N, L);
       const auto src = wide_noise(static_cast<size_t>(N * D), 61);
       const kn::Source source{src.data(), T * D, D, B, T, D};
-      for (const auto& [with_a, with_b] : {std::pair{true, true}, {true, false}, {false, true}}) {
+      for (const auto& which : {std::pair{true, true}, {true, false}, {false, true}}) {
+        const bool with_a = which.first, with_b = which.second;
         std::vector<float> want_a(V * D, 0.5f), want_b(L * D, -0.25f);
         auto targets = [&](std::vector<float>& a, std::vector<float>& b) {
           return std::pair{with_a ? target(a, D, rows, tok_groups, V) : kn::GradTarget{},
@@ -910,7 +912,8 @@ TEST(Kernels, ForwardF64MeetsTheDefinition) {
 // skipped; two targets are the two one-target scatters. Every back end,
 // thread count, with and without a workspace, on every agreement shape.
 TEST_P(KernelAgreement, BackwardF64MeetsTheDefinition) {
-  const auto [B, T, D, V] = GetParam();
+  int64_t B, T, D, V;  // named variables, not bindings: the lambdas below capture them
+  std::tie(B, T, D, V) = GetParam();
   const int64_t N = B * T, L = T + 5, start = 3, as = D + 3, bs = D + 2, st = D + 4;
   auto token_rows = ids_mod(N, V, 6);
   if (N > 2) token_rows[1] = -1;
@@ -1045,8 +1048,9 @@ TEST(Kernels, ScaledRowsAreFusedOneAtATime) {
 
 // ---- Threads, workspaces, grouping -------------------------------------------------
 
-// Called from inside an OpenMP team (nested regions get one thread), a kernel
-// still does every owner's share: the same bits as the reference.
+// Called from two threads of an engine's own OpenMP team at once, each asking
+// for 7 threads, a kernel still does every owner's share: the same bits as
+// the reference.
 TEST(Kernels, FusedBackwardInsideAnOuterParallelRegion) {
   const int64_t B = 4, T = 300, D = 400, V = 37, L = T, N = B * T;  // N*D: 7 threads asked for
   const auto d_out = noise(N * D, 20);

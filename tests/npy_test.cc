@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
 #include "tokpos/error.h"
 #include "tokpos/npy.h"
 #include "expect_error.h"
@@ -143,7 +144,7 @@ TEST(Npy, HugeDeclaredShapeIsRefusedBeforeAllocating) {
   ASSERT_EQ(std::ifstream(path, std::ios::binary | std::ios::ate).tellg(), 144);
   expect_error([&] { tokpos::read_npy(path); }, tokpos::Status::kCorruptFile,
                {path, "data is shorter than shape: 500000000 x 4 bytes, but the file holds 8"});
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef TOKPOS_TEST_SANITIZED
   GTEST_SKIP() << "the address-space cap needs a build without sanitizers";
 #else
   // In the child: cap the address space, then read; exit 0 on the named error.

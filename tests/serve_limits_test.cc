@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve_process.h"
+#include "test_util.h"
 #include "tokpos/diagnostics.h"
 
 namespace {
@@ -387,12 +388,8 @@ uint64_t address_space_of(pid_t pid) {
 }
 
 TEST(ServeLimits, ARequestThatRunsOutOfMemoryIs500AndTheServerGoesOn) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef TOKPOS_TEST_SANITIZED
   GTEST_SKIP() << "a sanitizer's shadow memory does not fit under an address-space cap";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under an address-space cap";
-#endif
 #endif
   // One malloc arena and a fixed mmap threshold (glibc): every large block
   // is its own mapping, so the address space in use is what the server holds.

@@ -1,11 +1,12 @@
 #include "tokpos/threading.h"
 
-#include <omp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -71,12 +72,26 @@ int64_t default_stream_min_bytes() {
 // at the first use (so loading the library reads no files).
 detail::BytesSetting g_stream_min_bytes{"TOKPOS_STREAM_MIN_BYTES", default_stream_min_bytes};
 
-// The cores the process may run on, as omp_get_num_procs reports them (a
-// system call each time: the process's affinity mask), read at the first
-// use and again by every set_num_threads, not by every kernel call.
+// The cores the process may run on: its affinity mask (a system call each
+// time, as taskset or a container's cpuset sets it), read at the first use and
+// again by every set_num_threads, not by every kernel call. A mask too large
+// to read falls back on the cores online.
+int affinity_cores() {
+  for (int cpus = 1024; cpus <= (1 << 16); cpus *= 4) {
+    cpu_set_t* set = CPU_ALLOC(cpus);
+    if (set == nullptr) break;
+    const size_t size = CPU_ALLOC_SIZE(cpus);
+    const bool ok = sched_getaffinity(0, size, set) == 0;
+    const int n = ok ? CPU_COUNT_S(size, set) : 0;
+    CPU_FREE(set);
+    if (ok) return n;
+    if (errno != EINVAL) break;
+  }
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
 std::atomic<int> g_cores{0};
 int read_cores() {
-  const int n = std::max(1, omp_get_num_procs());
+  const int n = std::max(1, affinity_cores());
   g_cores.store(n, std::memory_order_relaxed);
   return n;
 }

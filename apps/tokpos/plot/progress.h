@@ -75,8 +75,8 @@ class Progress {
 //
 // How: a signal mask would not do, since sigprocmask and pthread_sigmask
 // block a signal only in the calling thread, and the process-directed signal
-// goes to any thread that does not block it (OpenMP's workers exist by the
-// time the files are written). Instead, for the window, each of the three
+// goes to any thread that does not block it (the library's workers exist by
+// the time the files are written). Instead, for the window, each of the three
 // signals whose disposition is the default gets a process-wide handler
 // (SA_RESTART, so the write's system calls are not cut short) that only
 // records the first signal. On leaving the window the previous dispositions

@@ -1,5 +1,5 @@
-// The cpu forward: a gather of token rows plus position rows, OpenMP over
-// tokens, one contiguous token range per thread, vectorised inner loops,
+// The cpu forward: a gather of token rows plus position rows, split over
+// tokens on the library's workers (common/parallel.h), contiguous token ranges, vectorised inner loops,
 // streaming stores for outputs larger than the cache. Bitwise equal to the
 // reference. The streaming helpers (and convert.h's templates, instantiated
 // for them) pass 64-byte GCC vectors between always-inline functions: no ABI
@@ -72,8 +72,10 @@ __attribute__((always_inline)) inline f32x16 load16(const f16_t* p) {
 // load16_exact.
 // (Inline assembly, not the intrinsic: the intrinsic may only be inlined into
 // functions compiled for AVX-512F, and this one reaches gather_range_f16 only
-// through the templates shared with every clone.)
-#if defined(__x86_64__) && defined(__GNUC__)
+// through the templates shared with every clone. Clang checks a 512-bit
+// register operand against the enclosing function's target, so a clang build
+// converts by the formula, as a core without AVX-512F does.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TOKPOS_F16_INSTRUCTION 1
 __attribute__((always_inline)) inline f32x16 load16_by_instruction(const f16_t* p) {
   u16x16 h;

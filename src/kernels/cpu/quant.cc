@@ -2,7 +2,7 @@
 // its row dequantized (quant.h, ggml's loops), the position row's element
 // added in float and the sum stored, in the same vectorised loop. A streamed
 // output goes through a block-sized buffer in L1 for its non-temporal stores;
-// the next block overwrites it. OpenMP over tokens as the plain forward
+// the next block overwrites it. Split over tokens as the plain forward
 // (cpu_common.h), streaming stores for outputs past the stream threshold.
 // Every element is computed by the same operations whatever the clone, the
 // thread count or the store, so the bits are the reference's.

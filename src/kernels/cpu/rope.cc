@@ -1,4 +1,4 @@
-// The cpu RoPE: OpenMP over (b, t) rows. Each row's cos and sin are made once
+// The cpu RoPE: (b, t) rows split over the library's workers. Each row's cos and sin are made once
 // from the frequencies' turns (common/rope_angle.h, a vectorised
 // loop) into the thread's scratch and reused for every head; each head's
 // pairs are rotated in one loop that reads a pair before it writes it, so it
