@@ -58,13 +58,16 @@ __attribute__((always_inline)) inline void emit(Out* __restrict o, const float* 
   for (int j = 0; j < kN; ++j) o[j] = to_out<Out>(y[j]);
 }
 
-// Where no position row is added and the output is not streamed, the types
-// whose blocks are dequantized into the block buffer y and then stored,
-// rather than stored as each value comes: Q4_0 and Q4_1, whose loops write
-// elements j and j + 16 in turn. At a decode step (D 4096, Zen 4) the buffer
-// took Q4_1 from about 2x the f32 forward's time to under 0.9x and Q4_0 from
-// about 1x to 0.8x, and made Q5_0, Q5_1, Q2_K and Q3_K slower (docs/gguf.md,
-// "Speed"). The same bits either way.
+// Where the output is not streamed, the types whose blocks are dequantized
+// into the block buffer y and then stored (with the position row added in a
+// second loop over y), rather than stored as each value comes: Q4_0 and Q4_1,
+// whose loops write elements j and j + 16 in turn. At a decode step (D 4096,
+// Zen 4) the buffer took Q4_1 from about 2x the f32 forward's time to under
+// 0.9x and Q4_0 from about 1x to 0.8x without a position row; with one, Q4_0
+// from 12.6 to 8.7 us and Q4_1 from 16.3 to 10.4 us (B 16, warm rows,
+// medians of about 180 interleaved rounds of make bench-quick). It made
+// Q5_0, Q5_1, Q2_K and Q3_K slower (docs/gguf.md, "Speed"). The same bits
+// either way.
 template <GgmlType kType>
 constexpr bool kRowsViaBuffer = kType == GgmlType::kQ4_0 || kType == GgmlType::kQ4_1;
 
@@ -122,16 +125,22 @@ __attribute__((always_inline)) inline void rows(const QuantGather& q, int64_t n0
         }
         emit<Out, kN>(o + k * kN, y, true);
       }
+    } else if constexpr (kRowsViaBuffer<kType>) {
+      for (int64_t k = 0; k < nblocks; ++k) {
+        Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { y[j] = v; });
+        Out* __restrict ok = o + k * kN;
+        if (p != nullptr) {
+          const Pos* __restrict pk = p + k * kN;
+          for (int j = 0; j < kN; ++j) ok[j] = to_out<Out>(y[j] + fp::to_f32(pk[j]));
+        } else {
+          emit<Out, kN>(ok, y, false);
+        }
+      }
     } else if (p != nullptr) {
       for (int64_t k = 0; k < nblocks; ++k) {
         Out* __restrict ok = o + k * kN;
         const Pos* __restrict pk = p + k * kN;
         Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { ok[j] = to_out<Out>(v + fp::to_f32(pk[j])); });
-      }
-    } else if constexpr (kRowsViaBuffer<kType>) {
-      for (int64_t k = 0; k < nblocks; ++k) {
-        Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { y[j] = v; });
-        emit<Out, kN>(o + k * kN, y, false);
       }
     } else {
       for (int64_t k = 0; k < nblocks; ++k) {

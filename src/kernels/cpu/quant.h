@@ -47,8 +47,12 @@ struct Block<GgmlType::kQ4_0> {
   static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
     const float d = half_at(x);
     const uint8_t* qs = x + 2;
-    for (int j = 0; j < 16; ++j) put(j, static_cast<float>((qs[j] & 0x0F) - 8) * d);
-    for (int j = 0; j < 16; ++j) put(j + 16, static_cast<float>((qs[j] >> 4) - 8) * d);
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = (qs[j] & 0x0F) - 8;
+      const int x1 = (qs[j] >> 4) - 8;
+      put(j, static_cast<float>(x0) * d);
+      put(j + 16, static_cast<float>(x1) * d);
+    }
   }
 };
 
@@ -60,8 +64,12 @@ struct Block<GgmlType::kQ4_1> {
   static TOKPOS_QUANT_INLINE void dequant(const uint8_t* x, Put&& put) {
     const float d = half_at(x), m = half_at(x + 2);
     const uint8_t* qs = x + 4;
-    for (int j = 0; j < 16; ++j) put(j, static_cast<float>(qs[j] & 0x0F) * d + m);
-    for (int j = 0; j < 16; ++j) put(j + 16, static_cast<float>(qs[j] >> 4) * d + m);
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = qs[j] & 0x0F;
+      const int x1 = qs[j] >> 4;
+      put(j, static_cast<float>(x0) * d + m);
+      put(j + 16, static_cast<float>(x1) * d + m);
+    }
   }
 };
 
@@ -77,11 +85,11 @@ struct Block<GgmlType::kQ5_0> {
     const uint8_t* qs = x + 6;
     for (int j = 0; j < 16; ++j) {
       const auto xh_0 = static_cast<uint8_t>(((qh >> (j + 0)) << 4) & 0x10);
-      put(j, static_cast<float>(((qs[j] & 0x0F) | xh_0) - 16) * d);
-    }
-    for (int j = 0; j < 16; ++j) {
       const auto xh_1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
-      put(j + 16, static_cast<float>(((qs[j] >> 4) | xh_1) - 16) * d);
+      const int32_t x0 = ((qs[j] & 0x0F) | xh_0) - 16;
+      const int32_t x1 = ((qs[j] >> 4) | xh_1) - 16;
+      put(j, static_cast<float>(x0) * d);
+      put(j + 16, static_cast<float>(x1) * d);
     }
   }
 };
@@ -98,11 +106,11 @@ struct Block<GgmlType::kQ5_1> {
     const uint8_t* qs = x + 8;
     for (int j = 0; j < 16; ++j) {
       const auto xh_0 = static_cast<uint8_t>(((qh >> (j + 0)) << 4) & 0x10);
-      put(j, static_cast<float>((qs[j] & 0x0F) | xh_0) * d + m);
-    }
-    for (int j = 0; j < 16; ++j) {
       const auto xh_1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
-      put(j + 16, static_cast<float>((qs[j] >> 4) | xh_1) * d + m);
+      const int x0 = (qs[j] & 0x0F) | xh_0;
+      const int x1 = (qs[j] >> 4) | xh_1;
+      put(j, static_cast<float>(x0) * d + m);
+      put(j + 16, static_cast<float>(x1) * d + m);
     }
   }
 };
