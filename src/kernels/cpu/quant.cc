@@ -58,16 +58,17 @@ __attribute__((always_inline)) inline void emit(Out* __restrict o, const float* 
   for (int j = 0; j < kN; ++j) o[j] = to_out<Out>(y[j]);
 }
 
-// Where the output is not streamed, the types whose blocks are dequantized
-// into the block buffer y and then stored (with the position row added in a
-// second loop over y), rather than stored as each value comes: Q4_0 and Q4_1,
-// whose loops write elements j and j + 16 in turn. At a decode step (D 4096,
-// Zen 4) the buffer took Q4_1 from about 2x the f32 forward's time to under
-// 0.9x and Q4_0 from about 1x to 0.8x without a position row; with one, Q4_0
-// from 12.6 to 8.7 us and Q4_1 from 16.3 to 10.4 us (B 16, warm rows,
-// medians of about 180 interleaved rounds of make bench-quick). It made
-// Q5_0, Q5_1, Q2_K and Q3_K slower (docs/gguf.md, "Speed"). The same bits
-// either way.
+// The types whose blocks are dequantized into the block buffer y, the
+// position row added in a second loop over y, and then stored or streamed,
+// rather than each value added and stored as it comes: Q4_0 and Q4_1, whose
+// loops write elements j and j + 16 in turn. On the 2-vCPU Zen 4 (make
+// bench-quick, about 200 interleaved rounds) the buffer took a decode step
+// (B 16, D 4096, warm rows) from 12.6 to 8.7 us for Q4_0 and from 16.3 to
+// 10.4 us for Q4_1, and the Llama-2-7B shape (streamed) from 5.11 to 3.63 ms
+// and from 5.21 to 3.94 ms, one thread (the f32 forward: 4.5 ms); without a
+// position row it took Q4_1's decode step from about 2x the f32 forward's
+// time to under 0.9x. It made Q5_0, Q5_1, Q2_K and Q3_K slower
+// (docs/gguf.md, "Speed"). The same bits either way.
 template <GgmlType kType>
 constexpr bool kRowsViaBuffer = kType == GgmlType::kQ4_0 || kType == GgmlType::kQ4_1;
 
@@ -111,7 +112,21 @@ __attribute__((always_inline)) inline void rows(const QuantGather& q, int64_t n0
     }
     const bool aligned = reinterpret_cast<uintptr_t>(o) % 16 == 0;
     const uint8_t* row = q.tok.data + ix * ts;
-    if (stream && aligned) {
+    if constexpr (kRowsViaBuffer<kType>) {
+      const bool streamed = stream && aligned;
+      for (int64_t k = 0; k < nblocks; ++k) {
+        Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { y[j] = v; });
+        Out* __restrict ok = o + k * kN;
+        const Pos* __restrict pk = p == nullptr ? nullptr : p + k * kN;
+        if (pk != nullptr && !streamed) {
+          for (int j = 0; j < kN; ++j) ok[j] = to_out<Out>(y[j] + fp::to_f32(pk[j]));
+          continue;
+        }
+        if (pk != nullptr)
+          for (int j = 0; j < kN; ++j) y[j] += fp::to_f32(pk[j]);
+        emit<Out, kN>(ok, y, streamed);
+      }
+    } else if (stream && aligned) {
       // The position element added as each value comes (not in a second pass
       // over the block): the Llama-2-7B shape's Q8_0 forward on one thread
       // took 3.92 ms this way against 5.00 ms (f32: 4.47 ms; 2-vCPU Zen 4,
@@ -124,17 +139,6 @@ __attribute__((always_inline)) inline void rows(const QuantGather& q, int64_t n0
           Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { y[j] = v; });
         }
         emit<Out, kN>(o + k * kN, y, true);
-      }
-    } else if constexpr (kRowsViaBuffer<kType>) {
-      for (int64_t k = 0; k < nblocks; ++k) {
-        Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { y[j] = v; });
-        Out* __restrict ok = o + k * kN;
-        if (p != nullptr) {
-          const Pos* __restrict pk = p + k * kN;
-          for (int j = 0; j < kN; ++j) ok[j] = to_out<Out>(y[j] + fp::to_f32(pk[j]));
-        } else {
-          emit<Out, kN>(ok, y, false);
-        }
       }
     } else if (p != nullptr) {
       for (int64_t k = 0; k < nblocks; ++k) {
