@@ -1,6 +1,7 @@
 // The cpu forward: a gather of token rows plus position rows, split over
-// tokens on the library's workers (common/parallel.h), contiguous token ranges, vectorised inner loops,
-// streaming stores for outputs larger than the cache. Bitwise equal to the
+// tokens on the library's workers in contiguous token ranges
+// (common/parallel.h), vectorised inner loops, streaming stores for outputs
+// larger than the cache. Bitwise equal to the
 // reference. The streaming helpers (and convert.h's templates, instantiated
 // for them) pass 64-byte GCC vectors between always-inline functions: no ABI
 // is involved.
@@ -246,7 +247,7 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
     return pos + (g.pos_ids.data ? g.pos_ids.within(b, t, g.L, 0) : g.start + t) * ps;
   };
   // A thread with at most kDecodeTokens tokens (a decode step, or a small
-  // range of a team) prefetches all its rows at once, one line per 4 KiB
+  // range of a split call) prefetches all its rows at once, one line per 4 KiB
   // page of each token and position row: enough to start the page walks and
   // the hardware's stream prefetch when the rows are cold, and next to
   // nothing when they are already in the cache, where prefetching every line
@@ -302,7 +303,7 @@ __attribute__((always_inline)) inline void rows(const Gather& g, int64_t n0, int
     step(b, t);
   }
 #ifdef TOKPOS_STREAM_STORES
-  if constexpr (kStream) _mm_sfence();  // order the streamed lines before the team's barrier
+  if constexpr (kStream) _mm_sfence();  // order the streamed lines before the range is counted done
 #endif
 }
 

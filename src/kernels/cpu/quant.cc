@@ -64,8 +64,8 @@ __attribute__((always_inline)) inline void emit(Out* __restrict o, const float* 
 // loops write elements j and j + 16 in turn. On the 2-vCPU Zen 4 (make
 // bench-quick, about 200 interleaved rounds) the buffer took a decode step
 // (B 16, D 4096, warm rows) from 12.6 to 8.7 us for Q4_0 and from 16.3 to
-// 10.4 us for Q4_1, and the Llama-2-7B shape (streamed) from 5.11 to 3.63 ms
-// and from 5.21 to 3.94 ms, one thread (the f32 forward: 4.5 ms); without a
+// 10.4 us for Q4_1, and the Llama-2-7B shape (streamed) from 5.31 to 3.70 ms
+// and from 5.40 to 3.84 ms, one thread (the f32 forward: about 4.5 ms); without a
 // position row it took Q4_1's decode step from about 2x the f32 forward's
 // time to under 0.9x. It made Q5_0, Q5_1, Q2_K and Q3_K slower
 // (docs/gguf.md, "Speed"). The same bits either way.
@@ -118,13 +118,14 @@ __attribute__((always_inline)) inline void rows(const QuantGather& q, int64_t n0
         Blk::dequant(row + k * Blk::kBytes, [&](int j, float v) { y[j] = v; });
         Out* __restrict ok = o + k * kN;
         const Pos* __restrict pk = p == nullptr ? nullptr : p + k * kN;
-        if (pk != nullptr && !streamed) {
-          for (int j = 0; j < kN; ++j) ok[j] = to_out<Out>(y[j] + fp::to_f32(pk[j]));
-          continue;
-        }
-        if (pk != nullptr)
+        if (pk == nullptr) {
+          emit<Out, kN>(ok, y, streamed);
+        } else if (streamed) {
           for (int j = 0; j < kN; ++j) y[j] += fp::to_f32(pk[j]);
-        emit<Out, kN>(ok, y, streamed);
+          emit<Out, kN>(ok, y, true);
+        } else {  // stored as summed: a third pass over y (add, then store) was slower at decode
+          for (int j = 0; j < kN; ++j) ok[j] = to_out<Out>(y[j] + fp::to_f32(pk[j]));
+        }
       }
     } else if (stream && aligned) {
       // The position element added as each value comes (not in a second pass
