@@ -1,8 +1,9 @@
 // The cpu back end's size-chosen paths, each forced here and held to the
 // reference bit for bit:
-//  - the backward without a grouping (one pass in (b, t) order, or channel
-//    slices per thread) where no row has more than kRowBlock sources, with
-//    the grouping made on demand only where a row has more;
+//  - the backward without a grouping (one pass in (b, t) order, or rows
+//    dealt to owners, the position rows riding along with the token rows'
+//    owners when each has one source) where no row has more than kRowBlock
+//    sources, with the grouping made on demand only where a row has more;
 //  - the forward of f16 tables, whose f16 rows are widened by the conversion
 //    instruction where the CPU has it (repaired where no position row is added).
 #include <gtest/gtest.h>
@@ -71,8 +72,9 @@ TEST(KernelPaths, BackwardWithoutGroupingMatchesReference) {
       {"decode", 16, 1, 4096, 300, 8, 0, false},  // 16 sources on position 0, no threads
       {"64 tokens on one row", 64, 1, 40, 5, 2, 64, false},   // a row's largest one-at-a-time count
       {"65 tokens on one row", 65, 1, 40, 5, 2, 65, true},    // the first blocked count
-      {"few repeats, counted", 4, 300, 130, 600, 300, 0, false},  // slices of 80 and 50 channels at 2 threads
-      {"few repeats, odd D", 3, 200, 517, 100, 200, 0, false},    // slices not multiples of 16 at the end
+      {"few repeats, counted", 4, 300, 130, 600, 300, 0, false},  // owners, one pass a target
+      {"few repeats, odd D", 3, 200, 517, 100, 200, 0, false},    // D not a multiple of 16
+      {"one sequence", 1, 1200, 400, 300, 1200, 0, false},  // positions ride with the tokens; a padded id
       {"vocabulary far beyond the work", 2, 40, 64, 20000, 40, 0, true},  // not counted: the grouping says
       {"a hot token row", 2, 600, 256, 50, 600, 100, true},   // grouped scatter, threaded
       {"positions used 80 times", 80, 8, 128, 300, 8, 0, true},  // B > 64: the position rows need blocks

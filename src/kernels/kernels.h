@@ -219,13 +219,11 @@ using Source64 = SourceOf<double>;
 //                   grad[v] = ((grad[v] + (s_1 + ... + s_64)) + (s_65 + ...)) + ...
 // When no row of either target has more than kRowBlock sources, that order
 // is plain (b, t) order for every element, and the cpu back end needs no
-// grouping: one pass in (b, t) order, or with several threads a slice of the
-// D channels per thread, each summing every source in (b, t) order.
+// grouping: one pass in (b, t) order, or with several threads rows dealt to
+// owners, each owner adding its rows' sources in (b, t) order.
 // Fixed blocks let a row used thousands of times be summed by many threads;
 // a row used at most 64 times needs no scratch, so a kernel may add each
-// source the moment it reads it: the cpu back end reads each source once for
-// both gradients when every b row has at most kRowBlock sources (positions:
-// B <= 64), and re-reads only the sources of a rows split between threads.
+// source the moment it reads it.
 inline constexpr int64_t kRowBlock = 64;
 using IndexAddRowsFn = void(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex);
 // The same in float64 (f64 gradients and sources), in the same order, so

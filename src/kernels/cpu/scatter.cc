@@ -236,61 +236,40 @@ void Scatter::run(const GradTarget* b) {
 
 // ---- No grouping: every row has at most kRowBlock sources -------------------
 
-// True if no row of t has more than kRowBlock sources (an absent t: true).
-// N <= kRowBlock decides it at once (a decode step); a grouping already made
-// answers from its groups; else the sources are counted in ws.uses, one byte
-// a row (left all zero again), when V bytes are small beside the N * D floats
-// of the call; otherwise the grouping is made and asked.
-bool at_most_a_block(const GradTarget& t, int64_t N, int64_t D, Workspace& ws) {
-  if (t.grad == nullptr || N <= kRowBlock) return true;
+// At least the most sources any row of t has, and exact up to kRowBlock + 1
+// (0 for an absent t). N <= kRowBlock answers N at once (a decode step); a
+// grouping already made answers from its groups; else the sources are
+// counted in ws.uses, one byte a row (left all zero again), when V bytes are
+// small beside the N * D floats of the call; otherwise the grouping is made
+// and asked.
+int64_t most_sources(const GradTarget& t, int64_t N, int64_t D, Workspace& ws) {
+  if (t.grad == nullptr) return 0;
+  if (N <= kRowBlock) return N;
   if (t.groups == nullptr && t.V <= std::max<int64_t>(4 * N, N * D / 16)) {
     auto& uses = ws.uses;
     if (uses.size() < static_cast<size_t>(t.V)) uses.resize(static_cast<size_t>(t.V), 0);
-    int64_t i = 0;
-    bool fits = true;
-    for (; i < N && fits; ++i)
-      if (const int64_t r = t.rows[i]; r >= 0) fits = ++uses[r] <= kRowBlock;
+    int64_t i = 0, most = 0;
+    for (; i < N && most <= kRowBlock; ++i)
+      if (const int64_t r = t.rows[i]; r >= 0) most = std::max<int64_t>(most, ++uses[r]);
     for (int64_t k = 0; k < i; ++k)
       if (const int64_t r = t.rows[k]; r >= 0) uses[r] = 0;
-    return fits;
+    return most;
   }
-  return t.grouping().max_sources() <= kRowBlock;
+  return t.grouping().max_sources();
 }
 
-// Sources [0, N) in (b, t) order, channels [d0, d1) of each row: a.grad and
-// b.grad (either may be absent) += the source row, one source at a time.
-// The rows ahead of a thread's source get their slice prefetched (the
-// token rows are scattered; nothing else predicts them).
-TOKPOS_KERNEL_CLONES
-void add_in_order(const GradTarget& a, const GradTarget& b, const Source& src, int64_t d0, int64_t d1) {
-  const int64_t N = src.B * src.T, len = d1 - d0;
-  float* const ga = a.grad;
-  float* const gb = b.grad;
-  const int64_t as = a.stride, bs = b.stride;
-  const int64_t ahead = ga == nullptr ? 0 : prefetch_rows_ahead(len * 4);
-  // (b, t) counted along: no division per source.
-  for (int64_t i = 0, sb = 0, st = 0; i < N; ++i) {
-    if (ahead > 0 && i + ahead < N && a.rows[i + ahead] >= 0) prefetch_pages(ga + a.rows[i + ahead] * as + d0, len * 4);
-    const float* s = src.data + sb * src.sb + st * src.st + d0;
-    if (++st == src.T) st = 0, ++sb;
-    float* const pa = ga != nullptr && a.rows[i] >= 0 ? ga + a.rows[i] * as + d0 : nullptr;
-    float* const pb = gb != nullptr && b.rows[i] >= 0 ? gb + b.rows[i] * bs + d0 : nullptr;
-    add_row2(pa, pb, s, len);
-  }
-}
-
-// A decode step's form of add_in_order (at most kDecodeTokens sources, whose
-// rows fit in the L2): chunk by chunk of kStepChunk channels, every source's
+// A decode step's form of add_listed over all sources (at most
+// kDecodeTokens, whose rows fit in the L2): chunk by chunk of kStepChunk channels, every source's
 // chunk is added to its a row, and to a copy of its b row's chunk held in a
 // local buffer for as long as consecutive sources share that b row (in a
 // batch of one-token sequences every source adds to one position row). The
 // b row is then read and written once a run instead of once a source; each
 // element still gets its sources one at a time in (b, t) order, so the bits
-// are add_in_order's.
+// are add_listed's.
 inline constexpr int64_t kStepChunk = 2048;
 TOKPOS_KERNEL_CLONES
-void add_step_in_order(const GradTarget& a, const GradTarget& b, const Source& src, int64_t d0, int64_t d1) {
-  const int64_t N = src.B * src.T;
+void add_step_in_order(const GradTarget& a, const GradTarget& b, const Source& src) {
+  const int64_t N = src.B * src.T, D = src.D;
   float* const ga = a.grad;
   float* const gb = b.grad;
   const int64_t as = a.stride, bs = b.stride;
@@ -300,13 +279,13 @@ void add_step_in_order(const GradTarget& a, const GradTarget& b, const Source& s
   // (2-vCPU Zen 4, B 16, D 4096, medians of 15 interleaved rounds).
   if (prefetch_bytes() != 0) {
     for (int64_t i = 0; i < N; ++i) {
-      if (ga != nullptr && a.rows[i] >= 0) prefetch_pages(ga + a.rows[i] * as + d0, (d1 - d0) * 4);
-      prefetch_pages(src.row(i) + d0, (d1 - d0) * 4);
+      if (ga != nullptr && a.rows[i] >= 0) prefetch_pages(ga + a.rows[i] * as, D * 4);
+      prefetch_pages(src.row(i), D * 4);
     }
   }
   alignas(64) float held[kStepChunk];
-  for (int64_t c0 = d0; c0 < d1; c0 += kStepChunk) {
-    const int64_t len = std::min(kStepChunk, d1 - c0);
+  for (int64_t c0 = 0; c0 < D; c0 += kStepChunk) {
+    const int64_t len = std::min(kStepChunk, D - c0);
     int64_t held_row = -1;
     for (int64_t i = 0; i < N; ++i) {
       const float* s = src.row(i) + c0;
@@ -323,32 +302,85 @@ void add_step_in_order(const GradTarget& a, const GradTarget& b, const Source& s
   }
 }
 
-// Channels per slice: at least this many (a cache line is 16 floats; slices
-// start on multiples of 16 so no two threads share a line of a row).
-inline constexpr int64_t kMinSlice = 64;
+// The sources `list` names (n of them, in increasing i; no list: sources
+// 0 .. n - 1): t.grad's row of each, and rider's (either may be absent),
+// += the source row, whole rows, one source at a time. The rows a few
+// sources ahead are prefetched (scattered token rows: nothing else predicts
+// them).
+TOKPOS_KERNEL_CLONES
+void add_listed(const GradTarget& t, const GradTarget& rider, const Source& src, const int64_t* list, int64_t n) {
+  const int64_t D = src.D, ahead = prefetch_rows_ahead(D * 4);
+  const bool flat = src.sb == src.T * src.st;  // (B, T, D) rows back to back: no division
+  auto source = [&](int64_t j) { return list != nullptr ? list[j] : j; };
+  auto src_row = [&](int64_t i) { return flat ? src.data + i * src.st : src.row(i); };
+  auto row_of = [](const GradTarget& g, int64_t i) -> float* {
+    return g.grad != nullptr && g.rows[i] >= 0 ? g.grad + g.rows[i] * g.stride : nullptr;
+  };
+  for (int64_t j = 0; j < n; ++j) {
+    if (ahead > 0 && j + ahead < n) {
+      const int64_t i = source(j + ahead);
+      if (const float* g = row_of(t, i)) prefetch_pages(g, D * 4);
+      if (const float* g = row_of(rider, i)) prefetch_pages(g, D * 4);
+      prefetch_pages(src_row(i), D * 4);
+    }
+    const int64_t i = source(j);
+    add_row2(row_of(t, i), row_of(rider, i), src_row(i), D);
+  }
+}
+
+inline constexpr int64_t kOwnersPerThread = 8;  // per target, at least
 
 // The whole scatter without a grouping when the order kernels.h defines is
 // plain (b, t) order (no row of either target has more than kRowBlock
 // sources); false, with nothing written, where it is not.
+// One thread: one pass in (b, t) order, each source row read once for both
+// targets. More: a target's rows are dealt to owners (row r to owner r mod
+// a power of two, so a run of popular ids is spread), each owner's sources
+// listed in increasing i, and the owners taken dynamically as chunks: every
+// row gets its sources one at a time in (b, t) order whoever owns it, so the
+// bits are the serial loop's, and a thread another process holds up delays
+// the call by one owner's share. Each target is a pass over its sources,
+// except that b rows with at most one source each (positions when B = 1)
+// need no order and ride along with a's owners (a source without an a row
+// goes to owner i mod the power of two).
 bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex, Workspace& ws) {
   const int64_t N = src.B * src.T, D = src.D;
   const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, N * D);
-  if (!at_most_a_block(a, N, D, ws) || !at_most_a_block(b, N, D, ws)) return false;
+  const int64_t most_b = most_sources(b, N, D, ws);
+  if (most_sources(a, N, D, ws) > kRowBlock || most_b > kRowBlock) return false;
   if (nt == 1) {
-    (N <= kDecodeTokens ? add_step_in_order : add_in_order)(a, b, src, 0, D);
-    return true;
+    if (N <= kDecodeTokens) return add_step_in_order(a, b, src), true;
+    return add_listed(a, b, src, nullptr, N), true;
   }
-  // One slice a thread, each starting on a multiple of 16 channels and at
-  // least kMinSlice wide, taken dynamically (a worker that has not started
-  // leaves its slice to the caller). Not more: every slice is a pass over
-  // all the sources, and on the 2-vCPU Zen 4 eight slices a thread made the
-  // 2-thread GPT-2 backward 0.67x the serial plain loop's speed against
-  // 0.92x with one (medians of 5 interleaved rounds' ratios).
-  const int64_t slices = std::clamp<int64_t>(D / kMinSlice, 1, nt);
-  detail::parallel_chunks(nt, slices, [&](int64_t k, int) {
-    const int64_t d0 = std::min(D, (D * k / slices + 15) / 16 * 16);
-    const int64_t d1 = k + 1 == slices ? D : std::min(D, (D * (k + 1) / slices + 15) / 16 * 16);
-    if (d1 > d0) add_in_order(a, b, src, d0, d1);
+  int64_t per = 1;
+  while (per < kOwnersPerThread * nt) per *= 2;
+  const bool ride = a.grad != nullptr && b.grad != nullptr && most_b <= 1;
+  // Pass k lists target[k]'s sources (with rider[k]'s) under owners
+  // [k * per, (k + 1) * per): start[o] .. start[o + 1] in list.
+  const GradTarget none{};
+  const GradTarget* target[2] = {a.grad != nullptr ? &a : &b, ride || a.grad == nullptr ? nullptr : &b};
+  const GradTarget* rider[2] = {ride ? &b : &none, &none};
+  auto owner = [&](int k, int64_t i) -> int64_t {
+    const int64_t r = target[k]->rows[i];
+    if (r >= 0) return k * per + (r & (per - 1));
+    return rider[k]->grad != nullptr && rider[k]->rows[i] >= 0 ? k * per + (i & (per - 1)) : -1;
+  };
+  auto& start = ws.mine_start;
+  auto& list = ws.mine;
+  auto& cursor = ws.tag;
+  start.assign(static_cast<size_t>(2 * per + 1), 0);
+  list.resize(static_cast<size_t>(2 * N));
+  for (int k = 0; k < 2 && target[k] != nullptr; ++k)
+    for (int64_t i = 0; i < N; ++i)
+      if (const int64_t o = owner(k, i); o >= 0) ++start[o + 1];
+  for (int64_t o = 0; o < 2 * per; ++o) start[o + 1] += start[o];
+  cursor.assign(start.begin(), start.end() - 1);
+  for (int k = 0; k < 2 && target[k] != nullptr; ++k)
+    for (int64_t i = 0; i < N; ++i)
+      if (const int64_t o = owner(k, i); o >= 0) list[cursor[o]++] = i;
+  detail::parallel_chunks(nt, 2 * per, [&](int64_t c, int) {
+    const int k = static_cast<int>(c / per);
+    if (start[c + 1] > start[c]) add_listed(*target[k], *rider[k], src, list.data() + start[c], start[c + 1] - start[c]);
   });
   return true;
 }
