@@ -358,7 +358,8 @@ bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& sr
   // Pass k lists target[k]'s sources (with rider[k]'s) under owners
   // [k * per, (k + 1) * per): start[o] .. start[o + 1] in list.
   const GradTarget none{};
-  const GradTarget* target[2] = {a.grad != nullptr ? &a : &b, ride || a.grad == nullptr ? nullptr : &b};
+  const GradTarget* target[2] = {a.grad != nullptr ? &a : &b,
+                                 a.grad != nullptr && b.grad != nullptr && !ride ? &b : nullptr};
   const GradTarget* rider[2] = {ride ? &b : &none, &none};
   auto owner = [&](int k, int64_t i) -> int64_t {
     const int64_t r = target[k]->rows[i];
