@@ -76,6 +76,7 @@ TEST(KernelPaths, BackwardWithoutGroupingMatchesReference) {
       {"few repeats, odd D", 3, 200, 517, 100, 200, 0, false},    // D not a multiple of 16
       {"one sequence", 1, 1200, 400, 300, 1200, 0, false},  // positions ride with the tokens; a padded id
       {"vocabulary far beyond the work", 2, 40, 64, 20000, 40, 0, true},  // not counted: the grouping says
+      {"vocabulary beyond counting, threaded", 4, 300, 130, 20000, 300, 0, true},  // no token row rides
       {"a hot token row", 2, 600, 256, 50, 600, 100, true},   // grouped scatter, threaded
       {"positions used 80 times", 80, 8, 128, 300, 8, 0, true},  // B > 64: the position rows need blocks
   };

@@ -239,10 +239,12 @@ void Scatter::run(const GradTarget* b) {
 // At least the most sources any row of t has, and exact up to kRowBlock + 1
 // (0 for an absent t). N <= kRowBlock answers N at once (a decode step); a
 // grouping already made answers from its groups; else the sources are
-// counted in ws.uses, one byte a row (left all zero again), when V bytes are
-// small beside the N * D floats of the call; otherwise the grouping is made
-// and asked.
-int64_t most_sources(const GradTarget& t, int64_t N, int64_t D, Workspace& ws) {
+// counted in ws.uses, one byte a row, when V bytes are small beside the
+// N * D floats of the call; otherwise the grouping is made and asked. The
+// counts are left all zero again, unless `kept` is given and the answer is
+// at most kRowBlock: then they stay, *kept says so, and forget_counts clears
+// them.
+int64_t most_sources(const GradTarget& t, int64_t N, int64_t D, Workspace& ws, bool* kept = nullptr) {
   if (t.grad == nullptr) return 0;
   if (N <= kRowBlock) return N;
   if (t.groups == nullptr && t.V <= std::max<int64_t>(4 * N, N * D / 16)) {
@@ -251,11 +253,17 @@ int64_t most_sources(const GradTarget& t, int64_t N, int64_t D, Workspace& ws) {
     int64_t i = 0, most = 0;
     for (; i < N && most <= kRowBlock; ++i)
       if (const int64_t r = t.rows[i]; r >= 0) most = std::max<int64_t>(most, ++uses[r]);
+    if (kept != nullptr && most <= kRowBlock) return *kept = true, most;
     for (int64_t k = 0; k < i; ++k)
       if (const int64_t r = t.rows[k]; r >= 0) uses[r] = 0;
     return most;
   }
   return t.grouping().max_sources();
+}
+
+void forget_counts(const GradTarget& t, int64_t N, Workspace& ws) {
+  for (int64_t i = 0; i < N; ++i)
+    if (const int64_t r = t.rows[i]; r >= 0) ws.uses[r] = 0;
 }
 
 // A decode step's form of add_listed over all sources (at most
@@ -302,29 +310,29 @@ void add_step_in_order(const GradTarget& a, const GradTarget& b, const Source& s
   }
 }
 
-// The sources `list` names (n of them, in increasing i; no list: sources
-// 0 .. n - 1): t.grad's row of each, and rider's (either may be absent),
-// += the source row, whole rows, one source at a time. The rows a few
-// sources ahead are prefetched (scattered token rows: nothing else predicts
-// them).
+// The sources `list` names (n entries 2 i + with_rider, in increasing i; no
+// list: sources 0 .. n - 1, each with the rider): t.grad's row of each, and
+// rider's where the entry says so (either target may be absent), += the
+// source row, whole rows, one source at a time. The rows a few sources
+// ahead are prefetched (scattered token rows: nothing else predicts them).
 TOKPOS_KERNEL_CLONES
 void add_listed(const GradTarget& t, const GradTarget& rider, const Source& src, const int64_t* list, int64_t n) {
   const int64_t D = src.D, ahead = prefetch_rows_ahead(D * 4);
   const bool flat = src.sb == src.T * src.st;  // (B, T, D) rows back to back: no division
-  auto source = [&](int64_t j) { return list != nullptr ? list[j] : j; };
+  auto entry = [&](int64_t j) { return list != nullptr ? list[j] : 2 * j + 1; };
   auto src_row = [&](int64_t i) { return flat ? src.data + i * src.st : src.row(i); };
   auto row_of = [](const GradTarget& g, int64_t i) -> float* {
     return g.grad != nullptr && g.rows[i] >= 0 ? g.grad + g.rows[i] * g.stride : nullptr;
   };
   for (int64_t j = 0; j < n; ++j) {
     if (ahead > 0 && j + ahead < n) {
-      const int64_t i = source(j + ahead);
+      const int64_t e = entry(j + ahead), i = e >> 1;
       if (const float* g = row_of(t, i)) prefetch_pages(g, D * 4);
-      if (const float* g = row_of(rider, i)) prefetch_pages(g, D * 4);
+      if (const float* g = (e & 1) != 0 ? row_of(rider, i) : nullptr) prefetch_pages(g, D * 4);
       prefetch_pages(src_row(i), D * 4);
     }
-    const int64_t i = source(j);
-    add_row2(row_of(t, i), row_of(rider, i), src_row(i), D);
+    const int64_t e = entry(j), i = e >> 1;
+    add_row2(row_of(t, i), (e & 1) != 0 ? row_of(rider, i) : nullptr, src_row(i), D);
   }
 }
 
@@ -334,54 +342,67 @@ inline constexpr int64_t kOwnersPerThread = 8;  // per target, at least
 // plain (b, t) order (no row of either target has more than kRowBlock
 // sources); false, with nothing written, where it is not.
 // One thread: one pass in (b, t) order, each source row read once for both
-// targets. More: a target's rows are dealt to owners (row r to owner r mod
-// a power of two, so a run of popular ids is spread), each owner's sources
-// listed in increasing i, and the owners taken dynamically as chunks: every
-// row gets its sources one at a time in (b, t) order whoever owns it, so the
-// bits are the serial loop's, and a thread another process holds up delays
-// the call by one owner's share. Each target is a pass over its sources,
-// except that b rows with at most one source each (positions when B = 1)
-// need no order and ride along with a's owners (a source without an a row
-// goes to owner i mod the power of two).
+// targets. More: the rows of one target p are dealt to owners (row r to
+// owner r mod a power of two, so a run of popular ids is spread), each
+// owner's sources listed in increasing i, and the owners taken dynamically
+// as chunks: every row gets its sources one at a time in (b, t) order
+// whoever owns it, so the bits are the serial loop's, and a thread another
+// process holds up delays the call by one owner's share. The other target
+// q's row of a source is added in the same visit where that row has just
+// this one source (it needs no order); q's other sources follow as a second
+// pass, dealt to owners the same way. p is a, q b when each b row has at
+// most one source (positions with B = 1: d_out is read once); else p is b,
+// and a's rows used once ride with it where a's uses were counted.
 bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& src, const Exec& ex, Workspace& ws) {
   const int64_t N = src.B * src.T, D = src.D;
   const int nt = N <= kDecodeTokens ? 1 : threads_for(ex, N * D);
   const int64_t most_b = most_sources(b, N, D, ws);
-  if (most_sources(a, N, D, ws) > kRowBlock || most_b > kRowBlock) return false;
+  if (most_b > kRowBlock) return false;
+  int64_t per = 1;
+  while (nt > 1 && per < kOwnersPerThread * nt) per *= 2;
+  auto& start = ws.mine_start;
+  auto& list = ws.mine;
+  auto& cursor = ws.tag;
+  if (nt > 1) {  // every allocation before a's uses are counted and kept
+    start.assign(static_cast<size_t>(2 * per + 1), 0);
+    list.resize(static_cast<size_t>(2 * N));
+    cursor.resize(static_cast<size_t>(2 * per));
+  }
+  const bool b_first = b.grad != nullptr && (most_b > 1 || a.grad == nullptr);
+  bool counted = false;  // a's uses stay in ws.uses until the lists are made
+  if (most_sources(a, N, D, ws, nt > 1 && b_first ? &counted : nullptr) > kRowBlock) return false;
   if (nt == 1) {
     if (N <= kDecodeTokens) return add_step_in_order(a, b, src), true;
     return add_listed(a, b, src, nullptr, N), true;
   }
-  int64_t per = 1;
-  while (per < kOwnersPerThread * nt) per *= 2;
-  const bool ride = a.grad != nullptr && b.grad != nullptr && most_b <= 1;
-  // Pass k lists target[k]'s sources (with rider[k]'s) under owners
-  // [k * per, (k + 1) * per): start[o] .. start[o + 1] in list.
-  const GradTarget none{};
-  const GradTarget* target[2] = {a.grad != nullptr ? &a : &b,
-                                 a.grad != nullptr && b.grad != nullptr && !ride ? &b : nullptr};
-  const GradTarget* rider[2] = {ride ? &b : &none, &none};
-  auto owner = [&](int k, int64_t i) -> int64_t {
-    const int64_t r = target[k]->rows[i];
-    if (r >= 0) return k * per + (r & (per - 1));
-    return rider[k]->grad != nullptr && rider[k]->rows[i] >= 0 ? k * per + (i & (per - 1)) : -1;
+  const GradTarget& p = b_first ? b : a;
+  const GradTarget& q = b_first ? a : b;
+  auto rides = [&](int64_t i) {
+    return q.grad != nullptr && q.rows[i] >= 0 && (!b_first || (counted && ws.uses[q.rows[i]] == 1));
   };
-  auto& start = ws.mine_start;
-  auto& list = ws.mine;
-  auto& cursor = ws.tag;
-  start.assign(static_cast<size_t>(2 * per + 1), 0);
-  list.resize(static_cast<size_t>(2 * N));
-  for (int k = 0; k < 2 && target[k] != nullptr; ++k)
-    for (int64_t i = 0; i < N; ++i)
-      if (const int64_t o = owner(k, i); o >= 0) ++start[o + 1];
+  // Entry 2 i + rides under owner o: p's owners first, then q's.
+  auto owner = [&](int64_t i, bool ride) -> int64_t {
+    if (p.grad != nullptr && p.rows[i] >= 0) return p.rows[i] & (per - 1);
+    if (ride) return i & (per - 1);
+    return q.grad != nullptr && q.rows[i] >= 0 ? per + (q.rows[i] & (per - 1)) : -1;
+  };
+  auto each_entry = [&](auto&& put) {
+    for (int64_t i = 0; i < N; ++i) {
+      const bool ride = rides(i);
+      if (const int64_t o = owner(i, ride); o >= 0) put(o, 2 * i + (ride ? 1 : 0));
+      const bool second = !ride && p.grad != nullptr && p.rows[i] >= 0 && q.grad != nullptr && q.rows[i] >= 0;
+      if (second) put(per + (q.rows[i] & (per - 1)), 2 * i);
+    }
+  };
+  each_entry([&](int64_t o, int64_t) { ++start[o + 1]; });
   for (int64_t o = 0; o < 2 * per; ++o) start[o + 1] += start[o];
-  cursor.assign(start.begin(), start.end() - 1);
-  for (int k = 0; k < 2 && target[k] != nullptr; ++k)
-    for (int64_t i = 0; i < N; ++i)
-      if (const int64_t o = owner(k, i); o >= 0) list[cursor[o]++] = i;
+  std::copy(start.begin(), start.end() - 1, cursor.begin());
+  each_entry([&](int64_t o, int64_t e) { list[cursor[o]++] = e; });
+  if (counted) forget_counts(a, N, ws);
+  const GradTarget none{};
   detail::parallel_chunks(nt, 2 * per, [&](int64_t c, int) {
-    const int k = static_cast<int>(c / per);
-    if (start[c + 1] > start[c]) add_listed(*target[k], *rider[k], src, list.data() + start[c], start[c + 1] - start[c]);
+    const int64_t n = start[c + 1] - start[c];
+    if (n > 0) add_listed(c < per ? p : q, c < per ? q : none, src, list.data() + start[c], n);
   });
   return true;
 }
