@@ -21,8 +21,11 @@
 //
 // Shapes: gpt2 (B 8, T 1024, D 768, V 50257, L 1024), llama (B 1, T 2048,
 // D 4096, V 32000, L 4096) and a decode step on the llama tables (B 16, T 1),
-// warm (the same ids each call, after an untimed call) and cold (fresh random
-// ids before each call, from a table larger than the last-level cache).
+// warm (the same ids each call, each timed call after an untimed call of
+// the same line, so no line finds the rows where another line left them: a
+// 2-thread line leaves half of each row in the other core's cache) and cold
+// (fresh random ids before each call, from a table larger than the
+// last-level cache).
 // Each at 1 and 2 threads, then the 2-thread rows again with a thread
 // spinning, pinned to one CPU: the contended case.
 //
@@ -167,7 +170,7 @@ struct Shape {
   std::string name;
   int64_t B, T;
   Tables* tables;
-  bool warm;  // an untimed call before each rotation
+  bool warm;  // an untimed call of a line before each timed one
   bool cold;  // fresh random ids before each call
   int reps;   // rotations per round
   std::vector<int64_t> ids;
@@ -450,7 +453,7 @@ int run(int argc, char** argv) {
   if (llama_t && wanted(shape_names, "decode")) {
     const double f32_bytes = static_cast<double>(llama_t->V * llama_t->D) * 4.0;
     std::printf(
-        "decode warm: the same ids each call, after an untimed call; decode cold: fresh random ids before "
+        "decode warm: the same ids each call, each timed call after an untimed one of the same line; decode cold: fresh random ids before "
         "each call, f32 token table %.0f MiB = %.1fx the last-level cache",
         f32_bytes / (1 << 20), llc > 0 ? f32_bytes / static_cast<double>(llc) : 0.0);
     for (const auto& q : quants)
@@ -503,10 +506,10 @@ int run(int argc, char** argv) {
       for (Case& c : cases) {
         const int n = static_cast<int>(c.lines.size());
         for (int rep = 0; rep < c.shape->reps; ++rep) {
-          if (c.shape->warm) c.call(0);
           const int first = r * c.shape->reps + rep;
           for (int j = 0; j < n; ++j) {
             const int line = (first + j) % n;
+            if (c.shape->warm) c.call(line);
             if (c.shape->cold) c.shape->fresh_ids();
             const auto t0 = Clock::now();
             c.call(line);
