@@ -236,6 +236,12 @@ void Scatter::run(const GradTarget* b) {
 
 // ---- No grouping: every row has at most kRowBlock sources -------------------
 
+// ws.uses of the rows of t's first n sources back to zero.
+void forget_counts(const GradTarget& t, int64_t n, Workspace& ws) {
+  for (int64_t i = 0; i < n; ++i)
+    if (const int64_t r = t.rows[i]; r >= 0) ws.uses[r] = 0;
+}
+
 // At least the most sources any row of t has, and exact up to kRowBlock + 1
 // (0 for an absent t). N <= kRowBlock answers N at once (a decode step); a
 // grouping already made answers from its groups; else the sources are
@@ -254,16 +260,10 @@ int64_t most_sources(const GradTarget& t, int64_t N, int64_t D, Workspace& ws, b
     for (; i < N && most <= kRowBlock; ++i)
       if (const int64_t r = t.rows[i]; r >= 0) most = std::max<int64_t>(most, ++uses[r]);
     if (kept != nullptr && most <= kRowBlock) return *kept = true, most;
-    for (int64_t k = 0; k < i; ++k)
-      if (const int64_t r = t.rows[k]; r >= 0) uses[r] = 0;
+    forget_counts(t, i, ws);
     return most;
   }
   return t.grouping().max_sources();
-}
-
-void forget_counts(const GradTarget& t, int64_t N, Workspace& ws) {
-  for (int64_t i = 0; i < N; ++i)
-    if (const int64_t r = t.rows[i]; r >= 0) ws.uses[r] = 0;
 }
 
 // A decode step's form of add_listed over all sources (at most
