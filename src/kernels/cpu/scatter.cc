@@ -194,16 +194,13 @@ void Scatter::run(const GradTarget* b) {
       if (j + kPrefetchAhead < j1 && tag[mine[j + kPrefetchAhead]] == kDirect)
         prefetch_row(grad_a + rows_a[mine[j + kPrefetchAhead]] * as, D * 4);
       const float* s = src.row(i);
-      float* g = tag[i] == kDirect ? grad_a + rows_a[i] * as : nullptr;
+      // A hot block's first source is copied into its partial sum; the
+      // others are added to it in the same pass as to the b row.
+      float* part = tag[i] >= 0 ? scratch + (tag[i] >> 1) * D : nullptr;
+      const bool first = part != nullptr && (tag[i] & 1) != 0;
+      if (first) std::copy(s, s + D, part);
+      float* g = tag[i] == kDirect ? grad_a + rows_a[i] * as : (first ? nullptr : part);
       add_row2(g, b != nullptr ? b->grad + b->rows[i] * b->stride : nullptr, s, D);
-      if (tag[i] >= 0) {
-        float* part = scratch + (tag[i] >> 1) * D;
-        if (tag[i] & 1) {
-          std::copy(s, s + D, part);
-        } else {
-          add_row(part, s, D);
-        }
-      }
     }
   });
   // Phase 2, in plan order, kTasksPerChunk tasks a chunk, so the rows two
