@@ -5,13 +5,14 @@
 #include <cstring>
 #include <vector>
 
-// TOKPOS_TEST_SANITIZED: built with AddressSanitizer or ThreadSanitizer, whose
-// shadow memory no address-space cap admits and whose operator new aborts
-// instead of throwing. GCC defines __SANITIZE_*__; clang answers __has_feature.
+// TOKPOS_TEST_SANITIZED: built with AddressSanitizer, ThreadSanitizer or (clang)
+// MemorySanitizer, whose shadow memory no address-space cap admits and whose
+// operator new aborts instead of throwing. GCC defines __SANITIZE_*__; clang
+// answers __has_feature.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define TOKPOS_TEST_SANITIZED 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
 #define TOKPOS_TEST_SANITIZED 1
 #endif
 #endif

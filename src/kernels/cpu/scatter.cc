@@ -376,21 +376,16 @@ bool scatter_in_order(const GradTarget& a, const GradTarget& b, const Source& sr
   }
   const GradTarget& p = b_first ? b : a;
   const GradTarget& q = b_first ? a : b;
-  auto rides = [&](int64_t i) {
-    return q.grad != nullptr && q.rows[i] >= 0 && (!b_first || (counted && ws.uses[q.rows[i]] == 1));
-  };
-  // Entry 2 i + rides under owner o: p's owners first, then q's.
-  auto owner = [&](int64_t i, bool ride) -> int64_t {
-    if (p.grad != nullptr && p.rows[i] >= 0) return p.rows[i] & (per - 1);
-    if (ride) return i & (per - 1);
-    return q.grad != nullptr && q.rows[i] >= 0 ? per + (q.rows[i] & (per - 1)) : -1;
-  };
+  auto has_row = [](const GradTarget& g, int64_t i) { return g.grad != nullptr && g.rows[i] >= 0; };
+  // Source i's entries: 2 i + rides under p's owner of its row (owner i mod
+  // per when only q's riding row is there), and 2 i under q's owner (per +
+  // its row mod per) when q's row does not ride.
   auto each_entry = [&](auto&& put) {
     for (int64_t i = 0; i < N; ++i) {
-      const bool ride = rides(i);
-      if (const int64_t o = owner(i, ride); o >= 0) put(o, 2 * i + (ride ? 1 : 0));
-      const bool second = !ride && p.grad != nullptr && p.rows[i] >= 0 && q.grad != nullptr && q.rows[i] >= 0;
-      if (second) put(per + (q.rows[i] & (per - 1)), 2 * i);
+      const bool in_p = has_row(p, i), in_q = has_row(q, i);
+      const bool rides = in_q && (!b_first || (counted && ws.uses[q.rows[i]] == 1));
+      if (in_p || rides) put((in_p ? p.rows[i] : i) & (per - 1), 2 * i + (rides ? 1 : 0));
+      if (in_q && !rides) put(per + (q.rows[i] & (per - 1)), 2 * i);
     }
   };
   each_entry([&](int64_t o, int64_t) { ++start[o + 1]; });
