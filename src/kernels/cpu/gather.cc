@@ -1,10 +1,9 @@
 // The cpu forward: a gather of token rows plus position rows, split over
 // tokens on the library's workers in contiguous token ranges
 // (common/parallel.h), vectorised inner loops, streaming stores for outputs
-// larger than the cache. Bitwise equal to the
-// reference. The streaming helpers (and convert.h's templates, instantiated
-// for them) pass 64-byte GCC vectors between always-inline functions: no ABI
-// is involved.
+// larger than the cache. Bitwise equal to the reference. The streaming
+// helpers (and convert.h's templates, instantiated for them) pass 64-byte GCC
+// vectors between always-inline functions: no ABI is involved.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #if defined(__SSE2__)

@@ -65,9 +65,9 @@ __attribute__((always_inline)) inline void emit(Out* __restrict o, const float* 
 // bench-quick, about 200 interleaved rounds) the buffer took a decode step
 // (B 16, D 4096, warm rows) from 12.6 to 8.7 us for Q4_0 and from 16.3 to
 // 10.4 us for Q4_1, and the Llama-2-7B shape (streamed) from 5.31 to 3.70 ms
-// and from 5.40 to 3.84 ms, one thread (the f32 forward: about 4.5 ms); without a
-// position row it took Q4_1's decode step from about 2x the f32 forward's
-// time to under 0.9x. It made Q5_0, Q5_1, Q2_K and Q3_K slower
+// and from 5.40 to 3.84 ms, one thread (the f32 forward: about 4.5 ms);
+// without a position row it took Q4_1's decode step from about 2x the f32
+// forward's time to under 0.9x. It made Q5_0, Q5_1, Q2_K and Q3_K slower
 // (docs/gguf.md, "Speed"). The same bits either way.
 template <GgmlType kType>
 constexpr bool kRowsViaBuffer = kType == GgmlType::kQ4_0 || kType == GgmlType::kQ4_1;

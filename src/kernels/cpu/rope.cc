@@ -1,9 +1,9 @@
 // The cpu RoPE: (b, t) rows split over the library's workers. Each row's cos
 // and sin are made once from the frequencies' turns (common/rope_angle.h, a
-// vectorised loop) into the thread's scratch and reused for every head; each head's
-// pairs are rotated in one loop that reads a pair before it writes it, so it
-// vectorises whether out is x or apart from it. The same float operations as
-// the reference, in the same order: bitwise equal to it.
+// vectorised loop) into the thread's scratch and reused for every head; each
+// head's pairs are rotated in one loop that reads a pair before it writes it,
+// so it vectorises whether out is x or apart from it. The same float
+// operations as the reference, in the same order: bitwise equal to it.
 #include <cstdint>
 #include <type_traits>
 
