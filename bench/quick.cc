@@ -453,8 +453,8 @@ int run(int argc, char** argv) {
   if (llama_t && wanted(shape_names, "decode")) {
     const double f32_bytes = static_cast<double>(llama_t->V * llama_t->D) * 4.0;
     std::printf(
-        "decode warm: the same ids each call, each timed call after an untimed one of the same line; decode cold: fresh random ids before "
-        "each call, f32 token table %.0f MiB = %.1fx the last-level cache",
+        "decode warm: the same ids each call, each timed call after an untimed one of the same line; "
+        "decode cold: fresh random ids before each call, f32 token table %.0f MiB = %.1fx the last-level cache",
         f32_bytes / (1 << 20), llc > 0 ? f32_bytes / static_cast<double>(llc) : 0.0);
     for (const auto& q : quants)
       std::printf(", %s %.0f MiB = %.1fx", q->type->name, static_cast<double>(q->blocks.size()) / (1 << 20),

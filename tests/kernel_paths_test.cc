@@ -72,7 +72,7 @@ TEST(KernelPaths, BackwardWithoutGroupingMatchesReference) {
       {"decode", 16, 1, 4096, 300, 8, 0, false},  // 16 sources on position 0, no threads
       {"64 tokens on one row", 64, 1, 40, 5, 2, 64, false},   // a row's largest one-at-a-time count
       {"65 tokens on one row", 65, 1, 40, 5, 2, 65, true},    // the first blocked count
-      {"few repeats, counted", 4, 300, 130, 600, 300, 0, false},  // owners, one pass a target
+      {"few repeats, counted", 4, 300, 130, 600, 300, 0, false},  // positions own; token rows used once ride
       {"few repeats, odd D", 3, 200, 517, 100, 200, 0, false},    // D not a multiple of 16
       {"one sequence", 1, 1200, 400, 300, 1200, 0, false},  // positions ride with the tokens; a padded id
       {"vocabulary far beyond the work", 2, 40, 64, 20000, 40, 0, true},  // not counted: the grouping says
